@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install what the scripts need and a fresh Debian machine may lack. Idempotent and quiet.
+set -euo pipefail
+
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v openssl >/dev/null || missing+=(openssl)
+# Debian's kubectl is 1.20, the test apiserver's own version.
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "error: cargo (rustup) is required" >&2; exit 1; }
+command -v rustfmt >/dev/null || rustup component add rustfmt
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy

@@ -1,0 +1,288 @@
+//! Every Kubernetes side effect the agent has, in one place: the ledger object, the Deployment
+//! watch and LIST, namespaces, and server-side apply of workspace configs.
+
+use super::index::SharedIndex;
+use super::workspace::{DeploymentProjection, WorkspaceKey};
+use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
+use crate::{Error, Result};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+/// LIST page size for the full resync's rebuild of the index.
+const LIST_PAGE_SIZE: u32 = 500;
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub agent_id: String,
+    pub agent_namespace: String,
+    pub workspace_label_key: String,
+    pub field_manager: String,
+}
+
+pub struct Cluster {
+    client: Client,
+    config: ClusterConfig,
+    discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>,
+}
+
+pub fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+impl Cluster {
+    pub fn new(client: Client, config: ClusterConfig) -> Self {
+        Self {
+            client,
+            config,
+            discovery: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// `<label key>=<agent id>`: what marks a Deployment as one of this agent's workspaces.
+    pub fn workspace_selector(&self) -> String {
+        format!(
+            "{}={}",
+            self.config.workspace_label_key, self.config.agent_id
+        )
+    }
+
+    pub fn ledger_api(&self) -> Api<WorkspaceSyncStatus> {
+        Api::namespaced(self.client.clone(), &self.config.agent_namespace)
+    }
+
+    /// Fail clearly when the CRD is missing, rather than retrying forever.
+    pub async fn check_crd(&self) -> Result<()> {
+        match self
+            .ledger_api()
+            .list(&ListParams::default().limit(1))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Err(Error::CrdMissing),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The agent's own `WorkspaceSyncStatus`, created when missing.
+    pub async fn ensure_ledger_object(&self) -> Result<(WorkspaceSyncStatus, bool)> {
+        let api = self.ledger_api();
+        if let Some(existing) = api.get_opt(&self.config.agent_id).await? {
+            return Ok((existing, false));
+        }
+        let object = WorkspaceSyncStatus {
+            metadata: ObjectMeta {
+                name: Some(self.config.agent_id.clone()),
+                ..Default::default()
+            },
+            spec: WorkspaceSyncStatusSpec {
+                agent_id: self.config.agent_id.clone(),
+                paused: false,
+            },
+            status: None,
+        };
+        match api.create(&PostParams::default(), &object).await {
+            Ok(created) => Ok((created, true)),
+            // Another replica won the race; theirs is as good as ours.
+            Err(e) if is_status(&e, 409) => Ok((api.get(&self.config.agent_id).await?, false)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Write the whole status under the agent's field manager.
+    pub async fn write_status(&self, status: &WorkspaceSyncStatusStatus) -> Result<()> {
+        let patch = serde_json::json!({
+            "apiVersion": WorkspaceSyncStatus::api_version(&()),
+            "kind": WorkspaceSyncStatus::kind(&()),
+            "status": status,
+        });
+        let params = PatchParams::apply(&self.config.field_manager).force();
+        self.ledger_api()
+            .patch_status(&self.config.agent_id, &params, &Patch::Apply(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// One paged LIST of this agent's Deployments, projected.
+    pub async fn list_workspaces(&self) -> Result<Vec<DeploymentProjection>> {
+        let api: Api<Deployment> = Api::all(self.client.clone());
+        let mut params = ListParams::default()
+            .labels(&self.workspace_selector())
+            .limit(LIST_PAGE_SIZE);
+        let mut projected = Vec::new();
+        loop {
+            let page = api.list(&params).await?;
+            projected.extend(
+                page.items
+                    .into_iter()
+                    .filter_map(DeploymentProjection::from_deployment),
+            );
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(projected),
+            }
+        }
+    }
+
+    /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until
+    /// dropped; the watcher's own backoff rides out apiserver trouble.
+    pub async fn watch_workspaces(&self, index: SharedIndex) {
+        let api: Api<Deployment> = Api::all(self.client.clone());
+        let config = watcher::Config::default().labels(&self.workspace_selector());
+        let mut relisted: Option<Vec<DeploymentProjection>> = None;
+        let mut events = watcher(api, config).default_backoff().boxed();
+        loop {
+            let event = match events.try_next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "workspace watch failed; retrying with backoff");
+                    continue;
+                }
+            };
+            let changed = match event {
+                watcher::Event::Apply(d) => {
+                    DeploymentProjection::from_deployment(d).is_some_and(|p| index.lock().upsert(p))
+                }
+                watcher::Event::Delete(d) => {
+                    let key = WorkspaceKey::new(d.namespace().unwrap_or_default(), d.name_any());
+                    index.lock().remove(&key)
+                }
+                watcher::Event::Init => {
+                    relisted = Some(Vec::new());
+                    false
+                }
+                watcher::Event::InitApply(d) => {
+                    if let (Some(list), Some(p)) =
+                        (relisted.as_mut(), DeploymentProjection::from_deployment(d))
+                    {
+                        list.push(p);
+                    }
+                    false
+                }
+                watcher::Event::InitDone => {
+                    let listed = relisted.take().unwrap_or_default();
+                    tracing::debug!(workspaces = listed.len(), "workspace watch (re)listed");
+                    index.lock().replace_all(listed);
+                    true
+                }
+            };
+            if changed {
+                index.notify();
+            }
+        }
+    }
+
+    /// Create the workspace's namespace, labelled with the agent id, unless it exists.
+    pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let object = Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.to_string()),
+                labels: Some(BTreeMap::from([(
+                    self.config.workspace_label_key.clone(),
+                    self.config.agent_id.clone(),
+                )])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Delete a namespace; already gone is fine.
+    pub async fn delete_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        match api.delete(namespace, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn namespace_exists(&self, namespace: &str) -> Result<bool, kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        Ok(api.get_opt(namespace).await?.is_some())
+    }
+
+    /// Resolve a kind through the discovery cache, asking the apiserver only on a miss.
+    pub async fn resolve(
+        &self,
+        gvk: &GroupVersionKind,
+    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
+        if let Some(hit) = self
+            .discovery
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(gvk)
+        {
+            return Ok(hit.clone());
+        }
+        let resolved = kube::discovery::pinned_kind(&self.client, gvk).await?;
+        self.discovery
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(gvk.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Server-side apply one object with force, under the agent's field manager.
+    pub async fn apply_object(
+        &self,
+        object: &DynamicObject,
+        default_namespace: &str,
+    ) -> Result<(), String> {
+        let types = object
+            .types
+            .as_ref()
+            .ok_or("object without apiVersion/kind")?;
+        let gvk = GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
+        let name = object.name_any();
+        let describe = || format!("{} {}", types.kind, name);
+        let (resource, capabilities) = self
+            .resolve(&gvk)
+            .await
+            .map_err(|e| format!("{}: unknown kind: {}", describe(), api_message(&e)))?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace = object
+                    .namespace()
+                    .unwrap_or_else(|| default_namespace.to_string());
+                Api::namespaced_with(self.client.clone(), &namespace, &resource)
+            }
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+        };
+        let params = PatchParams::apply(&self.config.field_manager).force();
+        api.patch(&name, &params, &Patch::Apply(object))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("{}: {}", describe(), api_message(&e)))
+    }
+}
+
+/// The apiserver's own words for an API error, which is what a person needs to see.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}

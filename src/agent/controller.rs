@@ -1,0 +1,447 @@
+//! The sync loop: a kube-rs `Controller` on the agent's own `WorkspaceSyncStatus`, where one
+//! reconcile is one sync cycle (DESIGN §2, "The loop").
+//!
+//! The Controller never runs two reconciles of one object at once, so a full and a partial
+//! cycle never overlap. Deployment changes reach it through `reconcile_all_on`.
+
+use super::cluster::{Cluster, api_message};
+use super::control_plane::ControlPlaneClient;
+use super::cycle::{self, WorkspaceAction};
+use super::errors::{ApplyVersion, Recorded};
+use super::index::SharedIndex;
+use super::ledger::{Ledger, SyncOutcome};
+use super::workspace::WorkspaceKey;
+use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
+use crate::protocol::{ErrorType, UpdateType};
+use crate::{Error, Result};
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Leading-edge minimum gap between cycle starts; triggers inside it merge into one cycle.
+    pub min_cycle_gap: Duration,
+    /// How many workspaces are applied at once.
+    pub apply_concurrency: usize,
+}
+
+/// What survives between cycles, guarded by one short-lived lock.
+struct SyncState {
+    ledger: Ledger,
+    /// False until the first successful full cycle of this leadership.
+    full_done: bool,
+    consecutive_failures: u32,
+}
+
+pub struct Context {
+    cluster: Cluster,
+    control_plane: ControlPlaneClient,
+    index: SharedIndex,
+    config: LoopConfig,
+    state: Mutex<SyncState>,
+    /// The status as last written; held across the write so writes never reorder.
+    written: tokio::sync::Mutex<Option<WorkspaceSyncStatusStatus>>,
+    last_cycle_start: tokio::sync::Mutex<Option<Instant>>,
+    apply_slots: Arc<Semaphore>,
+    applies: Mutex<JoinSet<()>>,
+    cycles: AtomicU64,
+}
+
+impl Context {
+    pub fn new(
+        cluster: Cluster,
+        control_plane: ControlPlaneClient,
+        index: SharedIndex,
+        config: LoopConfig,
+        ledger: Ledger,
+        written: Option<WorkspaceSyncStatusStatus>,
+    ) -> Self {
+        Self {
+            cluster,
+            control_plane,
+            index,
+            apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
+            config,
+            state: Mutex::new(SyncState {
+                ledger,
+                full_done: false,
+                consecutive_failures: 0,
+            }),
+            written: tokio::sync::Mutex::new(written),
+            last_cycle_start: tokio::sync::Mutex::new(None),
+            applies: Mutex::new(JoinSet::new()),
+            cycles: AtomicU64::new(0),
+        }
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    fn state(&self) -> MutexGuard<'_, SyncState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Write the ledger to the status if its rendering changed since the last write.
+    async fn persist(&self) -> Result<()> {
+        let mut written = self.written.lock().await;
+        let workspaces = self.index.lock().len();
+        let status = self
+            .state()
+            .ledger
+            .to_status(workspaces, written.as_ref(), Timestamp::now());
+        if written.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        self.cluster.write_status(&status).await?;
+        *written = Some(status);
+        Ok(())
+    }
+
+    /// Forget what was written, so that the next persist writes the whole status again.
+    pub async fn forget_written(&self) {
+        *self.written.lock().await = None;
+    }
+
+    /// Enforce the leading-edge gap between cycle starts.
+    async fn wait_for_gap(&self) {
+        let mut last = self.last_cycle_start.lock().await;
+        if let Some(previous) = *last {
+            let due = previous + self.config.min_cycle_gap;
+            tokio::time::sleep_until(due.into()).await;
+        }
+        *last = Some(Instant::now());
+    }
+
+    fn reap_finished_applies(&self) {
+        let mut applies = self.applies.lock().unwrap_or_else(|p| p.into_inner());
+        while applies.try_join_next().is_some() {}
+    }
+}
+
+/// One sync cycle.
+pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.wait_for_gap().await;
+    ctx.reap_finished_applies();
+    let cycle_id = ctx.cycles.fetch_add(1, Ordering::Relaxed) + 1;
+    let resync_request = wss.resync_request().map(str::to_string);
+    let update_type = {
+        let state = ctx.state();
+        state.ledger.cycle_due(
+            Timestamp::now(),
+            !state.full_done,
+            resync_request.as_deref(),
+        )
+    };
+    let span = tracing::info_span!("sync_cycle", cycle = cycle_id, update_type = %update_type);
+    let result = run_cycle(&wss, &ctx, update_type, resync_request.as_deref())
+        .instrument(span.clone())
+        .await;
+    let _entered = span.enter();
+    match result {
+        Ok(requeue) => {
+            ctx.state().consecutive_failures = 0;
+            Ok(Action::requeue(requeue))
+        }
+        Err(error) => {
+            let (reason, message) = match &error {
+                Error::ControlPlane(e) => (e.reason(), format!("control plane: {e}")),
+                Error::Kube(e) => ("KubernetesError", api_message(e)),
+                other => ("SyncFailed", other.to_string()),
+            };
+            tracing::warn!(%error, reason, "sync cycle failed");
+            {
+                let mut state = ctx.state();
+                state.consecutive_failures += 1;
+                state.ledger.outcome = SyncOutcome::failed(reason, message);
+            }
+            if let Err(write_error) = ctx.persist().await {
+                tracing::warn!(error = %write_error, "could not record the failure in the status");
+            }
+            Err(error)
+        }
+    }
+}
+
+async fn run_cycle(
+    wss: &WorkspaceSyncStatus,
+    ctx: &Arc<Context>,
+    update_type: UpdateType,
+    resync_request: Option<&str>,
+) -> Result<Duration> {
+    let started = Instant::now();
+    if update_type == UpdateType::Full {
+        // As a restart would: a fresh LIST, no acknowledgements, no terminations.
+        let listed = ctx.cluster.list_workspaces().await?;
+        ctx.index.lock().replace_all(listed);
+        ctx.state().ledger.reset_for_full();
+    }
+    let namespace_gone = terminated_namespaces(ctx).await?;
+    let plan = {
+        let dirty = ctx.index.lock().dirty();
+        let state = ctx.state();
+        cycle::plan(update_type, &dirty, &state.ledger, &namespace_gone)?
+    };
+    let sent = plan.request.workspace_agent_infos.len();
+    let response = ctx.control_plane.reconcile(&plan.request).await?;
+
+    let paused = wss.paused();
+    let settled = {
+        let mut state = ctx.state();
+        let settled = cycle::settle(&mut state.ledger, &plan, &response, paused);
+        if update_type == UpdateType::Full {
+            let index = ctx.index.lock();
+            cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response);
+        }
+        state
+            .ledger
+            .cycle_succeeded(update_type, Timestamp::now(), resync_request);
+        state.full_done |= update_type == UpdateType::Full;
+        settled
+    };
+    {
+        let mut index = ctx.index.lock();
+        for (key, rv) in &settled.acknowledged {
+            index.mark_clean_if(key, rv);
+        }
+    }
+    if let Some(reason) = &settled.rejected_settings {
+        tracing::warn!(
+            reason,
+            "ignoring invalid settings from the control plane; keeping the last good ones"
+        );
+    }
+    let returned = response.workspace_rails_infos.len();
+    let actions = settled.actions.len();
+    for action in settled.actions {
+        spawn_action(ctx, action);
+    }
+    ctx.persist().await?;
+    let requeue = ctx.state().ledger.requeue_after(Timestamp::now());
+    tracing::info!(
+        sent,
+        returned,
+        actions,
+        paused,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        next_in_s = requeue.as_secs_f32(),
+        "sync cycle done"
+    );
+    Ok(requeue)
+}
+
+/// Tracked terminations whose namespace is gone: they report `Terminated`.
+async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
+    let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations.keys().cloned().collect();
+    let mut gone = HashSet::new();
+    for key in keys {
+        if !ctx.cluster.namespace_exists(&key.namespace).await? {
+            gone.insert(key);
+        }
+    }
+    Ok(gone)
+}
+
+fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
+    let ctx2 = ctx.clone();
+    let task = async move {
+        let Ok(_slot) = ctx2.apply_slots.clone().acquire_owned().await else {
+            return;
+        };
+        match action {
+            WorkspaceAction::Apply {
+                key,
+                config,
+                version,
+                ..
+            } => {
+                let result = apply_workspace(&ctx2.cluster, &key, &config).await;
+                record_result(&ctx2, &key, version, result).await;
+            }
+            WorkspaceAction::Terminate { key } => {
+                if let Err(e) = ctx2.cluster.delete_namespace(&key.namespace).await {
+                    let message =
+                        format!("deleting namespace {}: {}", key.namespace, api_message(&e));
+                    tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
+                    ctx2.state().ledger.errors.fail_now(
+                        &key,
+                        ErrorType::Kubernetes,
+                        &message,
+                        Timestamp::now(),
+                    );
+                    persist_logged(&ctx2).await;
+                }
+            }
+        }
+    };
+    ctx.applies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .spawn(task.in_current_span());
+}
+
+/// Apply one workspace's config: namespace first, then every object with force.
+async fn apply_workspace(
+    cluster: &Cluster,
+    key: &WorkspaceKey,
+    config: &str,
+) -> Result<(), (ErrorType, String)> {
+    let objects =
+        crate::yaml::parse_objects(config).map_err(|e| (ErrorType::Applier, e.to_string()))?;
+    cluster
+        .ensure_namespace(&key.namespace)
+        .await
+        .map_err(|e| {
+            (
+                ErrorType::Kubernetes,
+                format!("namespace {}: {}", key.namespace, api_message(&e)),
+            )
+        })?;
+    for object in &objects {
+        cluster
+            .apply_object(object, &key.namespace)
+            .await
+            .map_err(|m| (ErrorType::Applier, m))?;
+    }
+    Ok(())
+}
+
+async fn record_result(
+    ctx: &Arc<Context>,
+    key: &WorkspaceKey,
+    version: ApplyVersion,
+    result: Result<(), (ErrorType, String)>,
+) {
+    if let Err((_, message)) = &result {
+        tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
+    }
+    let recorded = ctx
+        .state()
+        .ledger
+        .errors
+        .record(key, version, result, Timestamp::now());
+    match recorded {
+        // Written at once, so that a kill -9 right after loses nothing.
+        Recorded::Failed => persist_logged(ctx).await,
+        // The control plane still shows the old error: report the workspace again.
+        Recorded::Recovered => ctx.index.lock().mark_dirty(key),
+        Recorded::Healthy | Recorded::Stale => {}
+    }
+}
+
+async fn persist_logged(ctx: &Context) {
+    if let Err(error) = ctx.persist().await {
+        tracing::warn!(%error, "could not write the ledger; the next cycle retries");
+    }
+}
+
+/// Back off exponentially after failures, capped at the partial interval.
+pub fn error_policy(_wss: Arc<WorkspaceSyncStatus>, _error: &Error, ctx: Arc<Context>) -> Action {
+    let state = ctx.state();
+    Action::requeue(backoff(
+        state.consecutive_failures,
+        state.ledger.partial_interval(),
+    ))
+}
+
+pub fn backoff(consecutive_failures: u32, cap: Duration) -> Duration {
+    let exponent = consecutive_failures.saturating_sub(1).min(16);
+    Duration::from_millis(500u64 << exponent).min(cap)
+}
+
+/// Run the Controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let config = ctx.cluster.config().clone();
+    let api = ctx.cluster.ledger_api();
+    let (reader, writer) = reflector::store();
+    let recreate = ctx.clone();
+    // Only spec and annotation changes (and a recreated object) start a cycle: the agent's
+    // own status writes must not.
+    let ledger_events = watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", config.agent_id)),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Delete(_)) = event {
+            let ctx = recreate.clone();
+            tokio::spawn(async move { recreate_ledger_object(&ctx).await });
+        }
+    })
+    .applied_objects()
+    .predicate_filter(
+        predicates::generation
+            .combine(predicates::annotations)
+            .combine(uid),
+        Default::default(),
+    );
+
+    let changes =
+        tokio_stream::wrappers::WatchStream::from_changes(ctx.index.subscribe()).map(|_| ());
+
+    Controller::for_stream(ledger_events, reader)
+        .reconcile_all_on(changes)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile did not complete");
+            }
+        })
+        .await;
+    let mut applies = std::mem::take(&mut *ctx.applies.lock().unwrap_or_else(|p| p.into_inner()));
+    applies.shutdown().await;
+}
+
+fn uid(wss: &WorkspaceSyncStatus) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    wss.uid()?.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn recreate_ledger_object(ctx: &Context) {
+    tracing::warn!("the WorkspaceSyncStatus was deleted; recreating it from the agent's memory");
+    ctx.forget_written().await;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match ctx.cluster.ensure_ledger_object().await {
+            Ok(_) => break,
+            Err(error) => {
+                tracing::warn!(%error, "could not recreate the WorkspaceSyncStatus; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    persist_logged(ctx).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps_at_the_partial_interval() {
+        let cap = Duration::from_secs(10);
+        assert_eq!(backoff(1, cap), Duration::from_millis(500));
+        assert_eq!(backoff(2, cap), Duration::from_secs(1));
+        assert_eq!(backoff(4, cap), Duration::from_secs(4));
+        assert_eq!(backoff(10, cap), cap);
+        assert_eq!(backoff(u32::MAX, cap), cap);
+    }
+}

@@ -1,0 +1,169 @@
+//! One sync cycle's decisions, free of I/O (DESIGN §2, "One cycle").
+//!
+//! `plan` decides what to send; `settle` turns the control plane's answer into ledger updates
+//! and the work to do in the cluster.
+
+use super::errors::ApplyVersion;
+use super::ledger::Ledger;
+use super::workspace::{DeploymentProjection, WorkspaceKey};
+use crate::protocol::{
+    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse,
+    TerminationProgress, UpdateType, WorkspaceAgentInfo,
+};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// What a cycle sends, and what it must remember to settle the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CyclePlan {
+    pub request: ReconcileRequest,
+    /// The error versions sent, so that only those are cleared on acknowledgement.
+    pub sent_errors: Vec<(WorkspaceKey, ApplyVersion)>,
+}
+
+/// Build the infos: every changed Deployment the control plane has not acknowledged, every
+/// tracked termination, and every pending error. One info per workspace.
+pub fn plan(
+    update_type: UpdateType,
+    dirty: &[(WorkspaceKey, Arc<DeploymentProjection>)],
+    ledger: &Ledger,
+    namespace_gone: &HashSet<WorkspaceKey>,
+) -> Result<CyclePlan, serde_json::Error> {
+    let mut infos: BTreeMap<WorkspaceKey, WorkspaceAgentInfo> = BTreeMap::new();
+    fn entry<'a>(
+        infos: &'a mut BTreeMap<WorkspaceKey, WorkspaceAgentInfo>,
+        key: &WorkspaceKey,
+    ) -> &'a mut WorkspaceAgentInfo {
+        infos
+            .entry(key.clone())
+            .or_insert_with(|| WorkspaceAgentInfo {
+                name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                ..Default::default()
+            })
+    }
+    for (key, deployment) in dirty {
+        if ledger.acknowledged.get(key).map(String::as_str) != Some(deployment.resource_version()) {
+            entry(&mut infos, key).latest_k8s_deployment_info =
+                Some(serde_json::to_value(deployment.as_ref())?);
+        }
+    }
+    for key in ledger.terminations.keys() {
+        let progress = if namespace_gone.contains(key) {
+            TerminationProgress::Terminated
+        } else {
+            TerminationProgress::Terminating
+        };
+        entry(&mut infos, key).termination_progress = Some(progress);
+    }
+    let mut sent_errors = Vec::new();
+    for (key, version, failure) in ledger.errors.pending() {
+        entry(&mut infos, key).error_details = Some(ErrorDetails {
+            error_type: failure.error_type,
+            error_message: failure.message.clone(),
+        });
+        sent_errors.push((key.clone(), version));
+    }
+    Ok(CyclePlan {
+        request: ReconcileRequest {
+            update_type,
+            workspace_agent_infos: infos.into_values().collect(),
+        },
+        sent_errors,
+    })
+}
+
+/// Work for the cluster, decided from one returned info.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkspaceAction {
+    Apply {
+        key: WorkspaceKey,
+        config: String,
+        image_pull_secrets: Vec<ImagePullSecret>,
+        version: ApplyVersion,
+    },
+    Terminate {
+        key: WorkspaceKey,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settled {
+    pub actions: Vec<WorkspaceAction>,
+    /// (workspace, acknowledged resourceVersion)
+    pub acknowledged: Vec<(WorkspaceKey, String)>,
+    pub forgotten: Vec<WorkspaceKey>,
+    /// Settings that failed validation, with the reason; the last good ones stay.
+    pub rejected_settings: Option<String>,
+}
+
+/// Apply the control plane's answer to the ledger, and decide the work it asks for.
+/// A paused agent records acknowledgements but applies and deletes nothing.
+pub fn settle(
+    ledger: &mut Ledger,
+    plan: &CyclePlan,
+    response: &ReconcileResponse,
+    paused: bool,
+) -> Settled {
+    let mut settled = Settled::default();
+    if let Some(settings) = response.settings {
+        match settings.validate() {
+            Ok(()) => ledger.settings = settings,
+            Err(reason) => settled.rejected_settings = Some(reason),
+        }
+    }
+    for info in &response.workspace_rails_infos {
+        let key = WorkspaceKey::new(&info.namespace, &info.name);
+        if let Some(rv) = &info.deployment_resource_version {
+            ledger.acknowledged.insert(key.clone(), rv.clone());
+            settled.acknowledged.push((key.clone(), rv.clone()));
+        }
+        if let Some((_, version)) = plan.sent_errors.iter().find(|(k, _)| *k == key) {
+            ledger.errors.acknowledge(&key, *version);
+        }
+        if info.desired_state == DesiredState::Terminated {
+            if info.actual_state == ActualState::Terminated {
+                ledger.forget(&key);
+                settled.forgotten.push(key);
+            } else {
+                ledger
+                    .terminations
+                    .entry(key.clone())
+                    .or_insert(TerminationProgress::Terminating);
+                if !paused {
+                    settled.actions.push(WorkspaceAction::Terminate { key });
+                }
+            }
+        } else if !info.config_to_apply.is_empty() && !paused {
+            let version = ledger.errors.begin(&key);
+            settled.actions.push(WorkspaceAction::Apply {
+                key,
+                config: info.config_to_apply.clone(),
+                image_pull_secrets: info.image_pull_secrets.clone(),
+                version,
+            });
+        }
+    }
+    settled
+}
+
+/// After a full cycle: drop ledger entries for workspaces that neither the cluster nor the
+/// control plane still knows, so that the ledger never leaks.
+pub fn prune_unknown(
+    ledger: &mut Ledger,
+    in_cluster: impl Fn(&WorkspaceKey) -> bool,
+    response: &ReconcileResponse,
+) {
+    let returned: HashSet<WorkspaceKey> = response
+        .workspace_rails_infos
+        .iter()
+        .map(|i| WorkspaceKey::new(&i.namespace, &i.name))
+        .collect();
+    let known = |key: &WorkspaceKey| in_cluster(key) || returned.contains(key);
+    ledger.errors.retain(known);
+    ledger.acknowledged.retain(|key, _| known(key));
+    ledger.terminations.retain(|key, _| known(key));
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,345 @@
+use super::*;
+use crate::agent::workspace::{ProjectedMeta, ProjectedSpec};
+use crate::protocol::{ErrorType, Settings, WorkspaceRailsInfo};
+use jiff::Timestamp;
+
+fn deployment(ns: &str, name: &str, rv: &str) -> (WorkspaceKey, Arc<DeploymentProjection>) {
+    let d = DeploymentProjection {
+        metadata: ProjectedMeta {
+            name: name.into(),
+            namespace: ns.into(),
+            resource_version: rv.into(),
+            generation: Some(1),
+            labels: Default::default(),
+            annotations: Default::default(),
+            creation_timestamp: None,
+        },
+        spec: ProjectedSpec { replicas: Some(1) },
+        status: None,
+    };
+    (d.key(), Arc::new(d))
+}
+
+fn rails(
+    ns: &str,
+    name: &str,
+    desired: DesiredState,
+    actual: ActualState,
+    rv: Option<&str>,
+    config: &str,
+) -> WorkspaceRailsInfo {
+    WorkspaceRailsInfo {
+        name: name.into(),
+        namespace: ns.into(),
+        desired_state: desired,
+        actual_state: actual,
+        deployment_resource_version: rv.map(str::to_string),
+        config_to_apply: config.into(),
+        image_pull_secrets: vec![],
+    }
+}
+
+fn fail(ledger: &mut Ledger, key: &WorkspaceKey, message: &str) -> ApplyVersion {
+    let v = ledger.errors.begin(key);
+    ledger.errors.record(
+        key,
+        v,
+        Err((ErrorType::Applier, message.into())),
+        Timestamp::UNIX_EPOCH,
+    );
+    v
+}
+
+#[test]
+fn sends_only_deployments_whose_version_is_not_acknowledged() {
+    let mut ledger = Ledger::restore(None);
+    let dirty = vec![
+        deployment("a", "acked", "5"),
+        deployment("b", "changed", "7"),
+    ];
+    ledger
+        .acknowledged
+        .insert(WorkspaceKey::new("a", "acked"), "5".into());
+    ledger
+        .acknowledged
+        .insert(WorkspaceKey::new("b", "changed"), "6".into());
+    let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new()).unwrap();
+    let names: Vec<_> = plan
+        .request
+        .workspace_agent_infos
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(names, ["changed"]);
+    let info = &plan.request.workspace_agent_infos[0];
+    assert_eq!(
+        info.latest_k8s_deployment_info.as_ref().unwrap()["metadata"]["resourceVersion"],
+        "7"
+    );
+}
+
+#[test]
+fn idle_cycle_sends_nothing() {
+    let ledger = Ledger::restore(None);
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    assert!(plan.request.workspace_agent_infos.is_empty());
+    assert_eq!(
+        serde_json::to_string(&plan.request).unwrap(),
+        r#"{"update_type":"partial","workspace_agent_infos":[]}"#
+    );
+}
+
+#[test]
+fn terminations_and_errors_merge_into_one_info_per_workspace() {
+    let mut ledger = Ledger::restore(None);
+    let ws = WorkspaceKey::new("ns", "ws");
+    let gone = WorkspaceKey::new("ns2", "gone");
+    ledger
+        .terminations
+        .insert(ws.clone(), TerminationProgress::Terminating);
+    ledger
+        .terminations
+        .insert(gone.clone(), TerminationProgress::Terminating);
+    let version = fail(&mut ledger, &ws, "boom");
+    let plan = plan(
+        UpdateType::Partial,
+        &[deployment("ns", "ws", "3")],
+        &ledger,
+        &HashSet::from([gone]),
+    )
+    .unwrap();
+    let infos = &plan.request.workspace_agent_infos;
+    assert_eq!(infos.len(), 2);
+    let ws_info = infos.iter().find(|i| i.name == "ws").unwrap();
+    assert!(ws_info.latest_k8s_deployment_info.is_some());
+    assert_eq!(
+        ws_info.termination_progress,
+        Some(TerminationProgress::Terminating)
+    );
+    assert_eq!(
+        ws_info.error_details.as_ref().unwrap().error_message,
+        "boom"
+    );
+    let gone_info = infos.iter().find(|i| i.name == "gone").unwrap();
+    assert_eq!(
+        gone_info.termination_progress,
+        Some(TerminationProgress::Terminated)
+    );
+    assert_eq!(plan.sent_errors, vec![(ws, version)]);
+}
+
+#[test]
+fn in_flight_applies_are_not_sent() {
+    let mut ledger = Ledger::restore(None);
+    ledger.errors.begin(&WorkspaceKey::new("ns", "ws"));
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    assert!(plan.request.workspace_agent_infos.is_empty());
+}
+
+#[test]
+fn settle_acknowledges_and_schedules_applies() {
+    let mut ledger = Ledger::restore(None);
+    let plan = plan(
+        UpdateType::Full,
+        &[deployment("ns", "ws", "3")],
+        &ledger,
+        &HashSet::new(),
+    )
+    .unwrap();
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![
+            rails(
+                "ns",
+                "ws",
+                DesiredState::Running,
+                ActualState::Running,
+                Some("3"),
+                "kind: ConfigMap",
+            ),
+            rails(
+                "ns",
+                "quiet",
+                DesiredState::Running,
+                ActualState::Running,
+                Some("9"),
+                "",
+            ),
+        ],
+        settings: Some(Settings {
+            full_reconciliation_interval_seconds: 60,
+            partial_reconciliation_interval_seconds: 2,
+        }),
+    };
+    let settled = settle(&mut ledger, &plan, &response, false);
+    assert_eq!(
+        ledger
+            .acknowledged
+            .get(&WorkspaceKey::new("ns", "ws"))
+            .map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(settled.acknowledged.len(), 2);
+    assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
+    assert!(
+        matches!(&settled.actions[0], WorkspaceAction::Apply { config, .. } if config == "kind: ConfigMap")
+    );
+    assert_eq!(ledger.settings.partial_reconciliation_interval_seconds, 2);
+    assert!(ledger.errors.in_flight(&WorkspaceKey::new("ns", "ws")));
+}
+
+#[test]
+fn invalid_settings_keep_the_last_good_ones() {
+    let mut ledger = Ledger::restore(None);
+    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new()).unwrap();
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![],
+        settings: Some(Settings {
+            full_reconciliation_interval_seconds: 5,
+            partial_reconciliation_interval_seconds: 10,
+        }),
+    };
+    let settled = settle(&mut ledger, &plan, &response, false);
+    assert!(settled.rejected_settings.is_some());
+    assert_eq!(ledger.settings, Settings::default());
+}
+
+#[test]
+fn errors_clear_only_under_the_sent_version() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    fail(&mut ledger, &key, "first");
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    // While the request is out, a newer apply fails too.
+    fail(&mut ledger, &key, "second");
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![rails(
+            "ns",
+            "ws",
+            DesiredState::Running,
+            ActualState::Error,
+            None,
+            "",
+        )],
+        settings: None,
+    };
+    settle(&mut ledger, &plan, &response, false);
+    let pending = ledger.errors.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].2.message, "second");
+
+    let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    settle(&mut ledger, &plan, &response, false);
+    assert_eq!(ledger.errors.pending_count(), 0);
+}
+
+#[test]
+fn an_error_the_control_plane_does_not_return_stays_pending() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    fail(&mut ledger, &key, "boom");
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    settle(&mut ledger, &plan, &ReconcileResponse::default(), false);
+    assert_eq!(ledger.errors.pending_count(), 1);
+}
+
+#[test]
+fn termination_is_tracked_then_forgotten() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    let terminating = ReconcileResponse {
+        workspace_rails_infos: vec![rails(
+            "ns",
+            "ws",
+            DesiredState::Terminated,
+            ActualState::Running,
+            None,
+            "x",
+        )],
+        settings: None,
+    };
+    let settled = settle(&mut ledger, &plan, &terminating, false);
+    assert_eq!(
+        settled.actions,
+        vec![WorkspaceAction::Terminate { key: key.clone() }]
+    );
+    assert_eq!(
+        ledger.terminations.get(&key),
+        Some(&TerminationProgress::Terminating)
+    );
+
+    let terminated = ReconcileResponse {
+        workspace_rails_infos: vec![rails(
+            "ns",
+            "ws",
+            DesiredState::Terminated,
+            ActualState::Terminated,
+            None,
+            "",
+        )],
+        settings: None,
+    };
+    let settled = settle(&mut ledger, &plan, &terminated, false);
+    assert_eq!(settled.forgotten, vec![key.clone()]);
+    assert!(ledger.terminations.is_empty());
+}
+
+#[test]
+fn paused_agent_records_but_does_nothing() {
+    let mut ledger = Ledger::restore(None);
+    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new()).unwrap();
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![
+            rails(
+                "ns",
+                "a",
+                DesiredState::Running,
+                ActualState::Running,
+                Some("1"),
+                "kind: X",
+            ),
+            rails(
+                "ns",
+                "b",
+                DesiredState::Terminated,
+                ActualState::Running,
+                None,
+                "",
+            ),
+        ],
+        settings: None,
+    };
+    let settled = settle(&mut ledger, &plan, &response, true);
+    assert!(settled.actions.is_empty());
+    assert_eq!(settled.acknowledged.len(), 1);
+}
+
+#[test]
+fn full_cycle_prunes_what_nobody_knows() {
+    let mut ledger = Ledger::restore(None);
+    let in_cluster = WorkspaceKey::new("ns", "in-cluster");
+    let returned = WorkspaceKey::new("ns", "returned");
+    let forgotten = WorkspaceKey::new("ns", "forgotten");
+    for key in [&in_cluster, &returned, &forgotten] {
+        fail(&mut ledger, key, "boom");
+    }
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![rails(
+            "ns",
+            "returned",
+            DesiredState::Running,
+            ActualState::Error,
+            None,
+            "",
+        )],
+        settings: None,
+    };
+    prune_unknown(&mut ledger, |k| *k == in_cluster, &response);
+    let left: Vec<_> = ledger
+        .errors
+        .pending()
+        .into_iter()
+        .map(|(k, _, _)| k.name.clone())
+        .collect();
+    assert_eq!(left, ["in-cluster", "returned"]);
+}

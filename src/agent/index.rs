@@ -1,0 +1,214 @@
+//! The agent's own index of workspace Deployments, fed by one watcher (DESIGN §2).
+//!
+//! It keeps a dirty set: the keys whose resourceVersion may differ from the acknowledged one.
+//! A partial cycle reads only those, so an idle cycle is O(1) however many workspaces exist.
+
+use super::workspace::{DeploymentProjection, WorkspaceKey, is_older};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
+
+#[derive(Debug, Default)]
+pub struct WorkspaceIndex {
+    entries: HashMap<WorkspaceKey, Arc<DeploymentProjection>>,
+    dirty: HashSet<WorkspaceKey>,
+}
+
+impl WorkspaceIndex {
+    /// Insert or update one Deployment. Returns true when the index changed.
+    pub fn upsert(&mut self, deployment: DeploymentProjection) -> bool {
+        let key = deployment.key();
+        if let Some(current) = self.entries.get(&key)
+            && (current.resource_version() == deployment.resource_version()
+                || is_older(deployment.resource_version(), current.resource_version()))
+        {
+            return false;
+        }
+        self.entries.insert(key.clone(), Arc::new(deployment));
+        self.dirty.insert(key);
+        true
+    }
+
+    /// A deleted Deployment is no longer reported; the control plane learns of it otherwise.
+    pub fn remove(&mut self, key: &WorkspaceKey) -> bool {
+        self.dirty.remove(key);
+        self.entries.remove(key).is_some()
+    }
+
+    /// Replace everything with a fresh LIST, as a restart would, and mark every entry dirty.
+    /// An entry whose watched version is newer than the listed one keeps the newer version.
+    pub fn replace_all(&mut self, listed: Vec<DeploymentProjection>) {
+        let mut previous = std::mem::take(&mut self.entries);
+        self.dirty.clear();
+        for deployment in listed {
+            let key = deployment.key();
+            let newest = match previous.remove(&key) {
+                Some(current)
+                    if is_older(deployment.resource_version(), current.resource_version()) =>
+                {
+                    current
+                }
+                _ => Arc::new(deployment),
+            };
+            self.dirty.insert(key.clone());
+            self.entries.insert(key, newest);
+        }
+    }
+
+    /// Keys changed since they were last acknowledged, in a stable order.
+    pub fn dirty(&self) -> Vec<(WorkspaceKey, Arc<DeploymentProjection>)> {
+        let mut dirty: Vec<_> = self
+            .dirty
+            .iter()
+            .filter_map(|key| self.entries.get(key).map(|d| (key.clone(), d.clone())))
+            .collect();
+        dirty.sort_by(|a, b| a.0.cmp(&b.0));
+        dirty
+    }
+
+    /// Forget a key's dirtiness once the control plane holds exactly this version.
+    pub fn mark_clean_if(&mut self, key: &WorkspaceKey, acknowledged: &str) {
+        if self
+            .entries
+            .get(key)
+            .is_some_and(|d| d.resource_version() == acknowledged)
+        {
+            self.dirty.remove(key);
+        }
+    }
+
+    pub fn mark_dirty(&mut self, key: &WorkspaceKey) {
+        if self.entries.contains_key(key) {
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    pub fn get(&self, key: &WorkspaceKey) -> Option<&Arc<DeploymentProjection>> {
+        self.entries.get(key)
+    }
+
+    pub fn contains(&self, key: &WorkspaceKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn dirty_len(&self) -> usize {
+        self.dirty.len()
+    }
+}
+
+/// The index shared between the watcher task and the sync loop, plus a change signal that
+/// drives prompt partial cycles.
+#[derive(Clone)]
+pub struct SharedIndex {
+    inner: Arc<Mutex<WorkspaceIndex>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Default for SharedIndex {
+    fn default() -> Self {
+        Self {
+            inner: Default::default(),
+            changes: watch::Sender::new(0),
+        }
+    }
+}
+
+impl SharedIndex {
+    pub fn lock(&self) -> MutexGuard<'_, WorkspaceIndex> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Signal that the index changed. Signals sent while nobody listens merge into one.
+    pub fn notify(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::workspace::{ProjectedMeta, ProjectedSpec};
+
+    fn deployment(ns: &str, name: &str, rv: &str) -> DeploymentProjection {
+        DeploymentProjection {
+            metadata: ProjectedMeta {
+                name: name.into(),
+                namespace: ns.into(),
+                resource_version: rv.into(),
+                generation: None,
+                labels: Default::default(),
+                annotations: Default::default(),
+                creation_timestamp: None,
+            },
+            spec: ProjectedSpec { replicas: Some(1) },
+            status: None,
+        }
+    }
+
+    #[test]
+    fn upsert_marks_dirty_and_acknowledgement_cleans() {
+        let mut index = WorkspaceIndex::default();
+        assert!(index.upsert(deployment("a", "ws", "1")));
+        assert!(
+            !index.upsert(deployment("a", "ws", "1")),
+            "same version is no change"
+        );
+        assert_eq!(index.dirty_len(), 1);
+        index.mark_clean_if(&WorkspaceKey::new("a", "ws"), "0");
+        assert_eq!(
+            index.dirty_len(),
+            1,
+            "an older acknowledgement leaves it dirty"
+        );
+        index.mark_clean_if(&WorkspaceKey::new("a", "ws"), "1");
+        assert_eq!(index.dirty_len(), 0);
+        assert!(
+            !index.upsert(deployment("a", "ws", "0")),
+            "an older version never replaces a newer one"
+        );
+    }
+
+    #[test]
+    fn replace_all_drops_the_missing_and_keeps_newer_watched_versions() {
+        let mut index = WorkspaceIndex::default();
+        index.upsert(deployment("a", "gone", "1"));
+        index.upsert(deployment("a", "raced", "9"));
+        index.replace_all(vec![
+            deployment("a", "raced", "5"),
+            deployment("b", "new", "3"),
+        ]);
+        assert_eq!(index.len(), 2);
+        assert!(!index.contains(&WorkspaceKey::new("a", "gone")));
+        assert_eq!(
+            index
+                .get(&WorkspaceKey::new("a", "raced"))
+                .unwrap()
+                .resource_version(),
+            "9"
+        );
+        assert_eq!(index.dirty_len(), 2, "a rebuilt index is all dirty");
+    }
+
+    #[test]
+    fn removal_clears_dirtiness() {
+        let mut index = WorkspaceIndex::default();
+        index.upsert(deployment("a", "ws", "1"));
+        assert!(index.remove(&WorkspaceKey::new("a", "ws")));
+        assert!(index.dirty().is_empty());
+    }
+}

@@ -1,0 +1,413 @@
+//! The agent's sync state, and its durable form in `WorkspaceSyncStatus.status` (DESIGN §2).
+//!
+//! Pure data: loading from and rendering to the CRD status, with no I/O.
+
+use super::errors::{ErrorTracker, Failure};
+use super::workspace::WorkspaceKey;
+use crate::crd::{
+    CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus,
+};
+use crate::protocol::{Settings, TerminationProgress, UpdateType};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// `lastPartialSyncTime` is a heartbeat: refreshed at most this often, so an idle agent
+/// does not write its status every cycle.
+pub const HEARTBEAT: SignedDuration = SignedDuration::from_secs(60);
+
+/// Why the last cycle failed, or that it succeeded. Reasons are CamelCase, as Kubernetes
+/// conditions expect; the message is stable for a repeated failure, so it is not rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncOutcome {
+    pub ok: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl SyncOutcome {
+    pub fn starting() -> Self {
+        Self {
+            ok: false,
+            reason: "Starting".into(),
+            message: "no sync cycle has completed yet".into(),
+        }
+    }
+    pub fn synced() -> Self {
+        Self {
+            ok: true,
+            reason: "Synced".into(),
+            message: "the last sync cycle succeeded".into(),
+        }
+    }
+    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pub acknowledged: HashMap<WorkspaceKey, String>,
+    pub terminations: HashMap<WorkspaceKey, TerminationProgress>,
+    pub errors: ErrorTracker,
+    pub settings: Settings,
+    pub last_handled_resync: Option<String>,
+    pub last_full_sync: Option<Timestamp>,
+    pub next_full_sync: Option<Timestamp>,
+    pub last_partial_sync: Option<Timestamp>,
+    pub outcome: SyncOutcome,
+}
+
+impl Ledger {
+    /// Load the ledger a previous run left behind, under a new epoch. Pending errors come back;
+    /// in-flight applies were never persisted, and the first full cycle re-applies them.
+    pub fn restore(status: Option<&WorkspaceSyncStatusStatus>) -> Self {
+        let default = WorkspaceSyncStatusStatus::default();
+        let status = status.unwrap_or(&default);
+        let mut errors = ErrorTracker::new(status.epoch + 1);
+        for record in &status.pending_errors {
+            let (Some(key), Ok(version)) = (
+                WorkspaceKey::parse(&record.workspace),
+                record.version.parse(),
+            ) else {
+                tracing::warn!(workspace = %record.workspace, "skipping an unreadable pending error in the ledger");
+                continue;
+            };
+            let message = status
+                .error_messages
+                .get(record.message as usize)
+                .cloned()
+                .unwrap_or_default();
+            errors.restore(
+                key,
+                version,
+                Failure {
+                    error_type: record.error_type,
+                    message,
+                    first_seen: record.first_seen.0,
+                },
+            );
+        }
+        let settings = match (
+            status.full_reconciliation_interval_seconds,
+            status.partial_reconciliation_interval_seconds,
+        ) {
+            (Some(full), Some(partial)) => Settings {
+                full_reconciliation_interval_seconds: full,
+                partial_reconciliation_interval_seconds: partial,
+            },
+            _ => Settings::default(),
+        };
+        let parse_map = |map: &BTreeMap<String, String>| {
+            map.iter()
+                .filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, v.clone())))
+                .collect()
+        };
+        Self {
+            acknowledged: parse_map(&status.acknowledged),
+            terminations: status
+                .terminations
+                .iter()
+                .filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v)))
+                .collect(),
+            errors,
+            settings: if settings.validate().is_ok() {
+                settings
+            } else {
+                Settings::default()
+            },
+            last_handled_resync: status.last_handled_resync_request.clone(),
+            last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
+            next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),
+            last_partial_sync: status.last_partial_sync_time.as_ref().map(|t| t.0),
+            outcome: SyncOutcome::starting(),
+        }
+    }
+
+    /// A full cycle starts from scratch, as a fresh start would, except for unacknowledged errors.
+    pub fn reset_for_full(&mut self) {
+        self.acknowledged.clear();
+        self.terminations.clear();
+    }
+
+    pub fn forget(&mut self, key: &WorkspaceKey) {
+        self.acknowledged.remove(key);
+        self.terminations.remove(key);
+        self.errors.forget(key);
+    }
+
+    pub fn partial_interval(&self) -> Duration {
+        Duration::from_secs(self.settings.partial_reconciliation_interval_seconds)
+    }
+
+    pub fn full_interval(&self) -> Duration {
+        Duration::from_secs(self.settings.full_reconciliation_interval_seconds)
+    }
+
+    /// Which kind of cycle is due now. `first_since_leading` covers start, restart and a
+    /// leader change; the annotation value is the one on the object right now.
+    pub fn cycle_due(
+        &self,
+        now: Timestamp,
+        first_since_leading: bool,
+        resync_request: Option<&str>,
+    ) -> UpdateType {
+        let full_due = self.next_full_sync.is_none_or(|next| now >= next);
+        let resync_requested =
+            resync_request.is_some() && resync_request != self.last_handled_resync.as_deref();
+        if first_since_leading || full_due || resync_requested {
+            UpdateType::Full
+        } else {
+            UpdateType::Partial
+        }
+    }
+
+    /// Record a successful cycle's timing.
+    pub fn cycle_succeeded(
+        &mut self,
+        update_type: UpdateType,
+        now: Timestamp,
+        resync_request: Option<&str>,
+    ) {
+        self.outcome = SyncOutcome::synced();
+        match update_type {
+            UpdateType::Full => {
+                self.last_full_sync = Some(now);
+                self.next_full_sync = Some(now + self.full_interval());
+                if resync_request.is_some() {
+                    self.last_handled_resync = resync_request.map(str::to_string);
+                }
+            }
+            UpdateType::Partial => {
+                let stale = self
+                    .last_partial_sync
+                    .is_none_or(|last| now.duration_since(last) >= HEARTBEAT);
+                if stale {
+                    self.last_partial_sync = Some(now);
+                }
+            }
+        }
+    }
+
+    /// How long until the next cycle: the partial interval, or sooner if a full one falls due.
+    pub fn requeue_after(&self, now: Timestamp) -> Duration {
+        let partial = self.partial_interval();
+        match self.next_full_sync {
+            Some(next) => {
+                let until_full =
+                    Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO);
+                partial.min(until_full)
+            }
+            None => partial,
+        }
+    }
+
+    /// Render the ledger as the CRD status. Conditions keep their transition time while their
+    /// status holds, so an unchanged ledger renders byte-identical and is not written again.
+    pub fn to_status(
+        &self,
+        workspaces: usize,
+        previous: Option<&WorkspaceSyncStatusStatus>,
+        now: Timestamp,
+    ) -> WorkspaceSyncStatusStatus {
+        let mut messages: Vec<String> = Vec::new();
+        let mut message_index: HashMap<&str, u32> = HashMap::new();
+        let mut pending_errors = Vec::new();
+        for (key, version, failure) in self.errors.pending() {
+            let index = *message_index
+                .entry(failure.message.as_str())
+                .or_insert_with(|| {
+                    messages.push(failure.message.clone());
+                    (messages.len() - 1) as u32
+                });
+            pending_errors.push(PendingErrorRecord {
+                workspace: key.to_string(),
+                error_type: failure.error_type,
+                version: version.to_string(),
+                first_seen: Time(failure.first_seen),
+                message: index,
+            });
+        }
+        let ready = if self.outcome.ok {
+            SyncOutcome {
+                ok: true,
+                reason: "Ready".into(),
+                message: "the agent is syncing".into(),
+            }
+        } else {
+            self.outcome.clone()
+        };
+        let previous_conditions = previous
+            .map(|p| p.conditions.as_slice())
+            .unwrap_or_default();
+        WorkspaceSyncStatusStatus {
+            conditions: vec![
+                condition(CONDITION_READY, &ready, previous_conditions, now),
+                condition(CONDITION_SYNCED, &self.outcome, previous_conditions, now),
+            ],
+            last_full_sync_time: self.last_full_sync.map(Time),
+            next_full_sync_time: self.next_full_sync.map(Time),
+            last_partial_sync_time: self.last_partial_sync.map(Time),
+            last_handled_resync_request: self.last_handled_resync.clone(),
+            full_reconciliation_interval_seconds: Some(
+                self.settings.full_reconciliation_interval_seconds,
+            ),
+            partial_reconciliation_interval_seconds: Some(
+                self.settings.partial_reconciliation_interval_seconds,
+            ),
+            epoch: self.errors.epoch(),
+            acknowledged: self
+                .acknowledged
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            terminations: self
+                .terminations
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            pending_error_count: pending_errors.len() as u64,
+            pending_errors,
+            error_messages: messages,
+            workspaces: workspaces as u64,
+        }
+    }
+}
+
+fn condition(
+    type_: &str,
+    outcome: &SyncOutcome,
+    previous: &[Condition],
+    now: Timestamp,
+) -> Condition {
+    let status = if outcome.ok { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: outcome.reason.clone(),
+        message: outcome.message.clone(),
+        last_transition_time: since,
+        observed_generation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ErrorType;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn first_cycle_since_leading_is_full_then_partial_until_due() {
+        let mut ledger = Ledger::restore(None);
+        assert_eq!(ledger.cycle_due(at(0), true, None), UpdateType::Full);
+        ledger.cycle_succeeded(UpdateType::Full, at(0), None);
+        assert_eq!(ledger.cycle_due(at(1), false, None), UpdateType::Partial);
+        assert_eq!(
+            ledger.cycle_due(at(3600), false, None),
+            UpdateType::Full,
+            "the full interval has passed"
+        );
+    }
+
+    #[test]
+    fn a_changed_resync_annotation_forces_one_full_cycle() {
+        let mut ledger = Ledger::restore(None);
+        ledger.cycle_succeeded(UpdateType::Full, at(0), None);
+        assert_eq!(ledger.cycle_due(at(1), false, Some("a")), UpdateType::Full);
+        ledger.cycle_succeeded(UpdateType::Full, at(1), Some("a"));
+        assert_eq!(
+            ledger.cycle_due(at(2), false, Some("a")),
+            UpdateType::Partial
+        );
+        assert_eq!(ledger.cycle_due(at(3), false, Some("b")), UpdateType::Full);
+    }
+
+    #[test]
+    fn requeue_is_the_partial_interval_or_the_time_to_the_next_full() {
+        let mut ledger = Ledger::restore(None);
+        ledger.cycle_succeeded(UpdateType::Full, at(0), None);
+        assert_eq!(ledger.requeue_after(at(0)), Duration::from_secs(10));
+        assert_eq!(ledger.requeue_after(at(3595)), Duration::from_secs(5));
+        assert_eq!(ledger.requeue_after(at(4000)), Duration::ZERO);
+    }
+
+    #[test]
+    fn partial_heartbeat_is_written_at_most_once_a_minute() {
+        let mut ledger = Ledger::restore(None);
+        ledger.cycle_succeeded(UpdateType::Partial, at(0), None);
+        ledger.cycle_succeeded(UpdateType::Partial, at(30), None);
+        assert_eq!(ledger.last_partial_sync, Some(at(0)));
+        ledger.cycle_succeeded(UpdateType::Partial, at(61), None);
+        assert_eq!(ledger.last_partial_sync, Some(at(61)));
+    }
+
+    #[test]
+    fn identical_messages_are_stored_once_and_survive_a_restart() {
+        let mut ledger = Ledger::restore(None);
+        for name in ["a", "b", "c"] {
+            let key = WorkspaceKey::new("ns", name);
+            let v = ledger.errors.begin(&key);
+            ledger.errors.record(
+                &key,
+                v,
+                Err((ErrorType::Applier, "same template error".into())),
+                at(0),
+            );
+        }
+        let status = ledger.to_status(3, None, at(0));
+        assert_eq!(
+            status.error_messages,
+            vec!["same template error".to_string()]
+        );
+        assert_eq!(status.pending_error_count, 3);
+
+        let restored = Ledger::restore(Some(&status));
+        assert_eq!(restored.errors.epoch(), status.epoch + 1);
+        let pending = restored.errors.pending();
+        assert_eq!(pending.len(), 3);
+        assert!(
+            pending
+                .iter()
+                .all(|(_, _, f)| f.message == "same template error")
+        );
+    }
+
+    #[test]
+    fn full_reset_keeps_errors_and_drops_the_rest() {
+        let mut ledger = Ledger::restore(None);
+        let key = WorkspaceKey::new("ns", "ws");
+        ledger.acknowledged.insert(key.clone(), "5".into());
+        ledger
+            .terminations
+            .insert(key.clone(), TerminationProgress::Terminating);
+        ledger
+            .errors
+            .fail_now(&key, ErrorType::Kubernetes, "x", at(0));
+        ledger.reset_for_full();
+        assert!(ledger.acknowledged.is_empty() && ledger.terminations.is_empty());
+        assert_eq!(ledger.errors.pending_count(), 1);
+    }
+
+    #[test]
+    fn unchanged_ledger_renders_identically() {
+        let mut ledger = Ledger::restore(None);
+        ledger.cycle_succeeded(UpdateType::Full, at(0), None);
+        let first = ledger.to_status(0, None, at(0));
+        let second = ledger.to_status(0, Some(&first), at(50));
+        assert_eq!(first, second);
+    }
+}

@@ -1,0 +1,193 @@
+//! The in-cluster agent (DESIGN §2).
+
+pub mod cluster;
+pub mod control_plane;
+pub mod controller;
+pub mod cycle;
+pub mod errors;
+pub mod index;
+pub mod ledger;
+pub mod workspace;
+
+use crate::Result;
+use cluster::{Cluster, ClusterConfig};
+use control_plane::{ControlPlaneClient, ControlPlaneConfig};
+use controller::{Context, LoopConfig};
+use index::SharedIndex;
+use ledger::Ledger;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `wsync agent` flags; each has an environment fallback for use in a Deployment.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// The agent's id: names its WorkspaceSyncStatus and selects its workspaces.
+    #[arg(long, env = "WSYNC_AGENT_ID")]
+    pub agent_id: String,
+
+    /// Base URL of the control plane.
+    #[arg(long, env = "WSYNC_CONTROL_PLANE_URL")]
+    pub control_plane_url: reqwest::Url,
+
+    #[arg(long, env = "WSYNC_RECONCILE_PATH", default_value = crate::protocol::RECONCILE_PATH)]
+    pub reconcile_path: String,
+
+    #[arg(long, env = "WSYNC_PREREQUISITES_PATH", default_value = crate::protocol::PREREQUISITES_PATH)]
+    pub prerequisites_path: String,
+
+    /// PEM bundle to trust for the control plane's certificate, beside the system roots.
+    #[arg(long, env = "WSYNC_CONTROL_PLANE_CA_FILE")]
+    pub control_plane_ca_file: Option<PathBuf>,
+
+    /// File holding the agent token (a mounted Secret); re-read when it changes.
+    #[arg(long, env = "WSYNC_TOKEN_FILE")]
+    pub token_file: PathBuf,
+
+    /// The agent's own namespace, where its WorkspaceSyncStatus lives.
+    #[arg(long, env = "WSYNC_NAMESPACE", default_value = "wsync-system")]
+    pub namespace: String,
+
+    /// Label whose value is the agent id on every workspace Deployment.
+    #[arg(
+        long,
+        env = "WSYNC_WORKSPACE_LABEL_KEY",
+        default_value = "agent.gitlab.com/id"
+    )]
+    pub workspace_label_key: String,
+
+    /// Field manager for server-side apply and status writes.
+    #[arg(long, env = "WSYNC_FIELD_MANAGER", default_value = "wsync")]
+    pub field_manager: String,
+
+    #[arg(long, env = "WSYNC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    #[arg(long, env = "WSYNC_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Workspaces applied at once.
+    #[arg(long, env = "WSYNC_APPLY_CONCURRENCY", default_value_t = 16)]
+    pub apply_concurrency: usize,
+
+    /// Minimum gap between the starts of two cycles; triggers within it merge.
+    #[arg(long, env = "WSYNC_MIN_CYCLE_GAP", default_value = "500ms", value_parser = parse_duration)]
+    pub min_cycle_gap: Duration,
+}
+
+/// Parse `500ms`, `5s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {text:?}; use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+/// Run the agent until SIGTERM or Ctrl-C.
+pub async fn run(args: AgentArgs) -> Result<()> {
+    let client = kube::Client::try_default().await?;
+    let cluster = Cluster::new(
+        client,
+        ClusterConfig {
+            agent_id: args.agent_id.clone(),
+            agent_namespace: args.namespace.clone(),
+            workspace_label_key: args.workspace_label_key.clone(),
+            field_manager: args.field_manager.clone(),
+        },
+    );
+    let control_plane = ControlPlaneClient::new(&ControlPlaneConfig {
+        base_url: args.control_plane_url.clone(),
+        reconcile_path: args.reconcile_path.clone(),
+        prerequisites_path: args.prerequisites_path.clone(),
+        token_file: args.token_file.clone(),
+        ca_file: args.control_plane_ca_file.clone(),
+        connect_timeout: args.connect_timeout,
+        request_timeout: args.request_timeout,
+    })?;
+
+    cluster.check_crd().await?;
+    let (wss, created) = cluster.ensure_ledger_object().await?;
+    if created {
+        tracing::info!(agent = %args.agent_id, namespace = %args.namespace, "created the WorkspaceSyncStatus");
+    }
+    let ledger = Ledger::restore(wss.status.as_ref());
+    tracing::info!(
+        agent = %args.agent_id,
+        epoch = ledger.errors.epoch(),
+        pending_errors = ledger.errors.pending_count(),
+        "agent starting"
+    );
+
+    let index = SharedIndex::default();
+    let ctx = Arc::new(Context::new(
+        cluster,
+        control_plane,
+        index.clone(),
+        LoopConfig {
+            min_cycle_gap: args.min_cycle_gap,
+            apply_concurrency: args.apply_concurrency,
+        },
+        ledger,
+        wss.status.clone(),
+    ));
+
+    let watch_ctx = ctx.clone();
+    let watch = tokio::spawn(async move { watch_ctx.cluster().watch_workspaces(index).await });
+    controller::run(ctx, shutdown_signal()).await;
+    watch.abort();
+    tracing::info!("agent stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! What the agent knows about one workspace's Deployment: a small projection, not the object.
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A workspace is identified by its namespace and name, as on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkspaceKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl WorkspaceKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Parse the ledger's `"<namespace>/<name>"` form.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (namespace, name) = s.split_once('/')?;
+        (!name.is_empty()).then(|| Self::new(namespace, name))
+    }
+}
+
+impl fmt::Display for WorkspaceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The parts of a Deployment that the control plane reads. It is what the index holds and what
+/// goes out as `latest_k8s_deployment_info`; `managedFields` and the pod template stay behind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeploymentProjection {
+    pub metadata: ProjectedMeta,
+    pub spec: ProjectedSpec,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<DeploymentStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectedMeta {
+    pub name: String,
+    pub namespace: String,
+    pub resource_version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProjectedSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+impl DeploymentProjection {
+    /// None for an object without name, namespace or resourceVersion: nothing a watch returns.
+    pub fn from_deployment(deployment: Deployment) -> Option<Self> {
+        let meta = deployment.metadata;
+        Some(Self {
+            metadata: ProjectedMeta {
+                name: meta.name?,
+                namespace: meta.namespace?,
+                resource_version: meta.resource_version?,
+                generation: meta.generation,
+                labels: meta.labels.unwrap_or_default(),
+                annotations: meta.annotations.unwrap_or_default(),
+                creation_timestamp: meta.creation_timestamp.map(|t| t.0),
+            },
+            spec: ProjectedSpec {
+                replicas: deployment.spec.and_then(|s| s.replicas),
+            },
+            status: deployment.status,
+        })
+    }
+
+    pub fn key(&self) -> WorkspaceKey {
+        WorkspaceKey::new(&self.metadata.namespace, &self.metadata.name)
+    }
+
+    pub fn resource_version(&self) -> &str {
+        &self.metadata.resource_version
+    }
+}
+
+/// True when `candidate` is older than `current`. resourceVersions are opaque strings, but etcd
+/// issues them as increasing integers; where both parse, a LIST result that raced a newer
+/// watch event must not roll the index back. Where they don't parse, the newest arrival wins.
+pub fn is_older(candidate: &str, current: &str) -> bool {
+    match (candidate.parse::<u64>(), current.parse::<u64>()) {
+        (Ok(c), Ok(cur)) => c < cur,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn projection_keeps_what_the_control_plane_reads_and_drops_managed_fields() {
+        let deployment = Deployment {
+            metadata: ObjectMeta {
+                name: Some("ws-1".into()),
+                namespace: Some("ns-1".into()),
+                resource_version: Some("42".into()),
+                generation: Some(3),
+                managed_fields: Some(vec![Default::default()]),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                ..Default::default()
+            }),
+            status: Some(DeploymentStatus {
+                ready_replicas: Some(1),
+                ..Default::default()
+            }),
+        };
+        let projection = DeploymentProjection::from_deployment(deployment).unwrap();
+        let json = serde_json::to_value(&projection).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "metadata": {"name": "ws-1", "namespace": "ns-1", "resourceVersion": "42", "generation": 3},
+                "spec": {"replicas": 1},
+                "status": {"readyReplicas": 1}
+            })
+        );
+        assert_eq!(projection.key().to_string(), "ns-1/ws-1");
+    }
+
+    #[test]
+    fn keys_round_trip_through_the_ledger_form() {
+        let key = WorkspaceKey::new("ns", "ws");
+        assert_eq!(WorkspaceKey::parse(&key.to_string()), Some(key));
+        assert_eq!(WorkspaceKey::parse("no-slash"), None);
+    }
+
+    #[test]
+    fn resource_version_ordering() {
+        assert!(is_older("9", "10"));
+        assert!(!is_older("10", "10"));
+        assert!(!is_older("abc", "10"));
+    }
+}

@@ -1,0 +1,38 @@
+//! wsync: an in-cluster agent that keeps cloud development workspaces in step with a control
+//! plane, over GitLab's Workspaces reconcile protocol. See DESIGN.md for the architecture.
+
+pub mod agent;
+pub mod crd;
+pub mod protocol;
+pub mod yaml;
+
+pub use agent::control_plane::ControlPlaneError;
+
+/// Everything that can go wrong in the agent, in the operator's words.
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] ControlPlaneError),
+
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+
+    #[error(
+        "the WorkspaceSyncStatus CRD is not installed; run `kubectl apply -k manifests/` first"
+    )]
+    CrdMissing,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Install rustls' ring provider once. kube and reqwest share it; without a default, a build
+/// with two providers panics at the first TLS connection.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,219 @@
+//! GitLab's Workspaces reconcile protocol, shared by the agent and the control plane (DESIGN §1).
+//!
+//! Field names and enum values are wire facts: they never change. Empty optional fields are
+//! omitted on the way out, and unknown fields are ignored on the way in.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Default path of the reconcile endpoint, below the control-plane URL.
+pub const RECONCILE_PATH: &str = "/api/v4/internal/kubernetes/modules/remote_development/reconcile";
+/// Default path of the prerequisites endpoint, below the control-plane URL.
+pub const PREREQUISITES_PATH: &str =
+    "/api/v4/internal/kubernetes/modules/remote_development/prerequisites";
+/// The only status code that means success for a reconcile call.
+pub const RECONCILE_SUCCESS: u16 = 201;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpdateType {
+    Partial,
+    Full,
+}
+
+impl fmt::Display for UpdateType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpdateType::Partial => "partial",
+            UpdateType::Full => "full",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconcileRequest {
+    pub update_type: UpdateType,
+    /// Always an array on the wire, `[]` when empty.
+    #[serde(default)]
+    pub workspace_agent_infos: Vec<WorkspaceAgentInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WorkspaceAgentInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The Deployment as the agent sees it: metadata, spec and status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_k8s_deployment_info: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_progress: Option<TerminationProgress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_details: Option<ErrorDetails>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum TerminationProgress {
+    Terminating,
+    Terminated,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetails {
+    pub error_type: ErrorType,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorType {
+    /// Applying `config_to_apply` failed.
+    Applier,
+    /// Any other cluster operation failed: namespaces, termination, pull secrets.
+    Kubernetes,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ReconcileResponse {
+    #[serde(default)]
+    pub workspace_rails_infos: Vec<WorkspaceRailsInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Settings>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceRailsInfo {
+    pub name: String,
+    pub namespace: String,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    /// The Deployment resourceVersion the control plane has persisted: the agent's acknowledgement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_resource_version: Option<String>,
+    /// A multi-document YAML stream; `""` means nothing to apply.
+    #[serde(default)]
+    pub config_to_apply: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePullSecret {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DesiredState {
+    Running,
+    Stopped,
+    Terminated,
+    RestartRequested,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ActualState {
+    CreationRequested,
+    Starting,
+    Running,
+    Stopping,
+    Stopped,
+    Terminating,
+    Terminated,
+    Failed,
+    Error,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    pub full_reconciliation_interval_seconds: u64,
+    pub partial_reconciliation_interval_seconds: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            full_reconciliation_interval_seconds: 3600,
+            partial_reconciliation_interval_seconds: 10,
+        }
+    }
+}
+
+impl Settings {
+    /// Both intervals positive, and partial strictly shorter than full.
+    pub fn validate(&self) -> Result<(), String> {
+        let (full, partial) = (
+            self.full_reconciliation_interval_seconds,
+            self.partial_reconciliation_interval_seconds,
+        );
+        if full == 0 || partial == 0 {
+            return Err(format!(
+                "intervals must be positive (full {full}s, partial {partial}s)"
+            ));
+        }
+        if partial >= full {
+            return Err(format!(
+                "partial interval {partial}s must be shorter than full interval {full}s"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The control plane's answer to a payload that fails validation (HTTP 400).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// `GET …/prerequisites`: agent-level settings. Unknown fields are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Prerequisites {
+    #[serde(default)]
+    pub shared_namespace: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_request_sends_an_empty_array() {
+        let req = ReconcileRequest {
+            update_type: UpdateType::Partial,
+            workspace_agent_infos: vec![],
+        };
+        assert_eq!(
+            serde_json::to_string(&req).unwrap(),
+            r#"{"update_type":"partial","workspace_agent_infos":[]}"#
+        );
+    }
+
+    #[test]
+    fn optional_fields_are_omitted() {
+        let info = WorkspaceAgentInfo {
+            name: "ws".into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&info).unwrap(),
+            r#"{"name":"ws","namespace":"ns"}"#
+        );
+    }
+
+    #[test]
+    fn settings_validation() {
+        assert!(Settings::default().validate().is_ok());
+        let bad = |full, partial| Settings {
+            full_reconciliation_interval_seconds: full,
+            partial_reconciliation_interval_seconds: partial,
+        };
+        assert!(bad(0, 1).validate().is_err());
+        assert!(bad(10, 0).validate().is_err());
+        assert!(bad(10, 10).validate().is_err());
+        assert!(bad(10, 20).validate().is_err());
+    }
+}

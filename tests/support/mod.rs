@@ -1,0 +1,338 @@
+//! Test support for the real-apiserver tier: the local cluster, the real `wsync` binary as a
+//! child process, kubectl, the audit log, and a scripted control-plane stub.
+#![allow(dead_code)]
+
+pub mod stub;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const AGENT_NAMESPACE: &str = "wsync-system";
+pub const LABEL_KEY: &str = "agent.gitlab.com/id";
+/// The user the agent's kubeconfig authenticates as; the audit log names it.
+pub const AGENT_USER: &str = "wsync-agent";
+/// Marks the namespaces a test created, so that it can clean them up.
+pub const TEST_LABEL: &str = "wsync.dev/test";
+
+pub struct TestEnv {
+    pub admin_kubeconfig: PathBuf,
+    pub agent_kubeconfig: PathBuf,
+    pub audit_log: PathBuf,
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The local real apiserver, started (and built, the first time) by the project's script.
+/// A missing apiserver fails the test: this tier never skips.
+pub fn env() -> &'static TestEnv {
+    static ENV: OnceLock<TestEnv> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let script = repo_root().join("hack/local-cluster.sh");
+        let status = Command::new(&script)
+            .arg("up")
+            .status()
+            .expect("run hack/local-cluster.sh up");
+        assert!(
+            status.success(),
+            "the local apiserver did not come up (hack/local-cluster.sh up failed)"
+        );
+        let out = Command::new(&script)
+            .arg("env")
+            .output()
+            .expect("run hack/local-cluster.sh env");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let var = |name: &str| -> PathBuf {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .unwrap_or_else(|| panic!("{name} missing from hack/local-cluster.sh env"))
+                .into()
+        };
+        let env = TestEnv {
+            admin_kubeconfig: var("WSYNC_TEST_KUBECONFIG"),
+            agent_kubeconfig: var("WSYNC_TEST_AGENT_KUBECONFIG"),
+            audit_log: var("WSYNC_TEST_AUDIT_LOG"),
+        };
+        let crds = repo_root().join("crds");
+        kubectl_ok(&env, &["apply", "-f", crds.to_str().expect("utf-8 path")]);
+        kubectl_ok(
+            &env,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/workspacesyncstatuses.wsync.dev",
+                "--timeout=30s",
+            ],
+        );
+        let _ = kubectl(&env, &["create", "namespace", AGENT_NAMESPACE]);
+        env
+    })
+}
+
+pub fn kubectl(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", &env.admin_kubeconfig)
+        .output()
+        .expect("kubectl is on PATH")
+}
+
+/// Run kubectl and return stdout; panic with stderr on failure.
+pub fn kubectl_ok(env: &TestEnv, args: &[&str]) -> String {
+    let out = kubectl(env, args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+pub async fn admin_client(env: &TestEnv) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&env.admin_kubeconfig).expect("read admin kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("admin kubeconfig");
+    Client::try_from(config).expect("admin client")
+}
+
+/// A DNS-label id unique to this test run.
+pub fn unique_id(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    format!("{prefix}-{:x}{n}", (nanos ^ std::process::id()) & 0xfffff)
+}
+
+/// A namespace and a labelled workspace Deployment in it; returns its resourceVersion.
+pub async fn create_workspace(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    agent_label: Option<&str>,
+) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    // Test namespaces are `<test id>-<suffix>`; the label lets the test's cleanup find them.
+    let test_id = namespace.rsplit_once('-').map_or(namespace, |(id, _)| id);
+    let ns = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": {TEST_LABEL: test_id}}}))
+        .expect("namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create namespace {namespace}: {e}"),
+    }
+    let labels = match agent_label {
+        Some(id) => json!({ LABEL_KEY: id, "app": name }),
+        None => json!({ "app": name }),
+    };
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "infinity"]}]}
+            }
+        }
+    }))
+    .expect("deployment");
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let created = api
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create deployment");
+    created.metadata.resource_version.unwrap_or_default()
+}
+
+/// The real `wsync agent`, as a child process.
+pub struct AgentProcess {
+    pub id: String,
+    child: Option<Child>,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+    pub dir: tempfile::TempDir,
+    starts: u32,
+}
+
+impl AgentProcess {
+    /// Start an agent with short timings suited to tests; `extra` overrides flags.
+    pub fn start(env: &TestEnv, id: &str, control_plane_url: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, stub::STUB_TOKEN).expect("write token");
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--agent-id".into(),
+            id.into(),
+            "--namespace".into(),
+            AGENT_NAMESPACE.into(),
+            "--control-plane-url".into(),
+            control_plane_url.into(),
+            "--token-file".into(),
+            token_file.display().to_string(),
+        ];
+        if !extra.contains(&"--request-timeout") {
+            args.extend(["--request-timeout".into(), "2s".into()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut agent = Self {
+            id: id.into(),
+            child: None,
+            args,
+            kubeconfig: env.agent_kubeconfig.clone(),
+            dir,
+            starts: 0,
+        };
+        agent.spawn();
+        agent
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join(format!("agent-{}.log", self.starts))
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path()).expect("agent log");
+        let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(&self.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info,wsync=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn wsync agent");
+        self.child = Some(child);
+    }
+
+    /// kill -9: no cleanup, no final status write.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Every log line this agent wrote, across restarts.
+    pub fn logs(&self) -> String {
+        (1..=self.starts)
+            .map(|n| {
+                std::fs::read_to_string(self.dir.path().join(format!("agent-{n}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- agent {} logs ----\n{}", self.id, self.logs());
+        }
+        // Leave the shared cluster as we found it; deletion finishes in the background.
+        let env = env();
+        let _ = kubectl(env, &["-n", AGENT_NAMESPACE, "delete", "wss", &self.id, "--ignore-not-found", "--wait=false"]);
+        for selector in [format!("{LABEL_KEY}={}", self.id), format!("{TEST_LABEL}={}", self.id)] {
+            let _ = kubectl(env, &["delete", "namespace", "-l", &selector, "--wait=false"]);
+        }
+    }
+}
+
+/// Where the audit log ends now; pass it to `agent_writes` to see only what follows.
+pub fn audit_mark(env: &TestEnv) -> usize {
+    std::fs::read_to_string(&env.audit_log)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// Write requests by the agent's user, after `mark`, that `concerns` this test's objects.
+pub fn agent_writes(
+    env: &TestEnv,
+    mark: usize,
+    concerns: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<String> {
+    let text = std::fs::read_to_string(&env.audit_log).unwrap_or_default();
+    text.lines()
+        .skip(mark)
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == AGENT_USER && e["stage"] == "ResponseComplete")
+        .filter(|e| concerns(e))
+        .map(|e| {
+            let o = &e["objectRef"];
+            format!(
+                "{} {}/{}/{} {}",
+                e["verb"], o["resource"], o["namespace"], o["name"], o["subresource"]
+            )
+        })
+        .collect()
+}
+
+/// Poll `check` until it returns Some, or panic after `timeout`.
+pub async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The agent's WorkspaceSyncStatus as JSON, via kubectl.
+pub fn wss_json(env: &TestEnv, agent_id: &str) -> Option<serde_json::Value> {
+    let out = kubectl(
+        env,
+        &["-n", AGENT_NAMESPACE, "get", "wss", agent_id, "-o", "json"],
+    );
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+pub fn condition<'a>(wss: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    wss["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}

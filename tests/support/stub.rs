@@ -1,0 +1,282 @@
+//! A scripted stand-in for the control plane: it records every request and answers with
+//! whatever the test says. The real control plane is `wsync control-plane`.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wsync::protocol::{
+    ActualState, DesiredState, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest,
+    ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
+};
+
+pub const STUB_TOKEN: &str = "stub-agent-token";
+
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn created(response: &ReconcileResponse) -> Self {
+        Self {
+            status: 201,
+            body: serde_json::to_string(response).expect("serialize"),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn status(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            body: body.into(),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub received: Instant,
+    pub answered: Option<Instant>,
+    pub request: ReconcileRequest,
+    pub authorization: Option<String>,
+}
+
+type Responder = Box<dyn Fn(&ReconcileRequest) -> Reply + Send + Sync>;
+
+struct Inner {
+    recorded: Mutex<Vec<Recorded>>,
+    responder: Mutex<Responder>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+#[derive(Clone)]
+pub struct StubControlPlane {
+    inner: Arc<Inner>,
+    pub url: String,
+}
+
+/// What a well-behaved control plane does: acknowledge every reported resourceVersion,
+/// return every reported workspace, and hand out the configs the test registered.
+#[derive(Clone, Default)]
+pub struct Script {
+    pub settings: Option<Settings>,
+    /// (namespace, name) → config_to_apply
+    pub configs: HashMap<(String, String), String>,
+    /// Workspaces returned in every answer, whether reported or not.
+    pub always_return: Vec<(String, String)>,
+    /// Workspaces never returned, so their errors are never acknowledged.
+    pub never_return: Vec<(String, String)>,
+    /// Config for workspaces without an entry in `configs`; `{namespace}` and `{name}` are filled in.
+    pub config_template: Option<String>,
+}
+
+impl Script {
+    pub fn with_intervals(full_secs: u64, partial_secs: u64) -> Self {
+        Self {
+            settings: Some(Settings {
+                full_reconciliation_interval_seconds: full_secs,
+                partial_reconciliation_interval_seconds: partial_secs,
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn respond(&self, request: &ReconcileRequest) -> ReconcileResponse {
+        let mut infos: Vec<WorkspaceRailsInfo> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for info in &request.workspace_agent_infos {
+            let key = (info.namespace.clone(), info.name.clone());
+            if self.never_return.contains(&key) || !seen.insert(key.clone()) {
+                continue;
+            }
+            let rv = info
+                .latest_k8s_deployment_info
+                .as_ref()
+                .and_then(|d| d["metadata"]["resourceVersion"].as_str())
+                .map(str::to_string);
+            infos.push(self.rails_info(&key, rv));
+        }
+        for key in &self.always_return {
+            if seen.insert(key.clone()) {
+                infos.push(self.rails_info(key, None));
+            }
+        }
+        ReconcileResponse {
+            workspace_rails_infos: infos,
+            settings: self.settings,
+        }
+    }
+
+    fn rails_info(&self, key: &(String, String), rv: Option<String>) -> WorkspaceRailsInfo {
+        WorkspaceRailsInfo {
+            name: key.1.clone(),
+            namespace: key.0.clone(),
+            desired_state: DesiredState::Running,
+            actual_state: ActualState::Running,
+            deployment_resource_version: rv,
+            config_to_apply: self.configs.get(key).cloned().unwrap_or_else(|| {
+                let template = self.config_template.as_deref().unwrap_or_default();
+                template.replace("{namespace}", &key.0).replace("{name}", &key.1)
+            }),
+            image_pull_secrets: vec![],
+        }
+    }
+}
+
+impl StubControlPlane {
+    pub async fn start(script: Script) -> Self {
+        let responder: Responder = Box::new(move |req| Reply::created(&script.respond(req)));
+        let inner = Arc::new(Inner {
+            recorded: Mutex::new(Vec::new()),
+            responder: Mutex::new(responder),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        });
+        let app = axum::Router::new()
+            .route(RECONCILE_PATH, post(reconcile))
+            .route(
+                PREREQUISITES_PATH,
+                get(|| async { axum::Json(serde_json::json!({"shared_namespace": ""})) }),
+            )
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind stub");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+        Self { inner, url }
+    }
+
+    pub fn set_script(&self, script: Script) {
+        self.set_responder(move |req| Reply::created(&script.respond(req)));
+    }
+
+    pub fn set_responder(
+        &self,
+        responder: impl Fn(&ReconcileRequest) -> Reply + Send + Sync + 'static,
+    ) {
+        *self.inner.responder.lock().unwrap() = Box::new(responder);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.recorded.lock().unwrap().clone()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Wait until a request recorded after `after` matches.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        after: usize,
+        timeout: Duration,
+        matches: impl Fn(&Recorded) -> bool,
+    ) -> (usize, Recorded) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(found) = self
+                .requests()
+                .into_iter()
+                .enumerate()
+                .skip(after)
+                .find(|(_, r)| matches(r))
+            {
+                return found;
+            }
+            if Instant::now() > deadline {
+                let seen: Vec<String> = self.requests().iter().skip(after).map(summary).collect();
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}; requests since #{after}: {seen:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.inner.recorded.lock().unwrap().len()
+    }
+}
+
+pub fn summary(r: &Recorded) -> String {
+    let names: Vec<String> = r
+        .request
+        .workspace_agent_infos
+        .iter()
+        .map(|i| {
+            let mut s = format!("{}/{}", i.namespace, i.name);
+            if let Some(d) = &i.latest_k8s_deployment_info {
+                s += &format!(
+                    "@{}",
+                    d["metadata"]["resourceVersion"].as_str().unwrap_or("?")
+                );
+            }
+            if i.error_details.is_some() {
+                s += "!error";
+            }
+            s
+        })
+        .collect();
+    format!("{} {:?}", r.request.update_type, names)
+}
+
+pub fn is_full(r: &Recorded) -> bool {
+    r.request.update_type == UpdateType::Full
+}
+
+async fn reconcile(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Instant::now();
+    let Ok(request) = serde_json::from_slice::<ReconcileRequest>(&body) else {
+        return (StatusCode::BAD_REQUEST, r#"{"error":"invalid payload"}"#).into_response();
+    };
+    let now_in_flight = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    inner
+        .max_in_flight
+        .fetch_max(now_in_flight, Ordering::SeqCst);
+    // Decrements even when the agent gives up and the handler is dropped mid-delay.
+    let _in_flight = InFlight(inner.clone());
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let index = {
+        let mut recorded = inner.recorded.lock().unwrap();
+        recorded.push(Recorded {
+            received,
+            answered: None,
+            request: request.clone(),
+            authorization,
+        });
+        recorded.len() - 1
+    };
+    let reply = (inner.responder.lock().unwrap())(&request);
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    inner.recorded.lock().unwrap()[index].answered = Some(Instant::now());
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [("content-type", "application/json")], reply.body).into_response()
+}
+
+struct InFlight(Arc<Inner>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
