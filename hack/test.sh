@@ -6,7 +6,11 @@ cd "$(dirname "$0")/.."
 
 hack/install-prerequisites.sh
 
-hack/local-cluster.sh up
+# Stop the cluster afterwards only if this run started it.
+if ! hack/local-cluster.sh status; then
+  hack/local-cluster.sh up
+  trap 'hack/local-cluster.sh down' EXIT
+fi
 eval "$(hack/local-cluster.sh env)"
 
 echo "== cargo fmt --check"

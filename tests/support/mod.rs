@@ -127,8 +127,10 @@ pub async fn create_workspace(
     let namespaces: Api<Namespace> = Api::all(client.clone());
     // Test namespaces are `<test id>-<suffix>`; the label lets the test's cleanup find them.
     let test_id = namespace.rsplit_once('-').map_or(namespace, |(id, _)| id);
-    let ns = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": {TEST_LABEL: test_id}}}))
-        .expect("namespace");
+    let ns = serde_json::from_value(
+        json!({"metadata": {"name": namespace, "labels": {TEST_LABEL: test_id}}}),
+    )
+    .expect("namespace");
     match namespaces.create(&PostParams::default(), &ns).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -259,9 +261,26 @@ impl Drop for AgentProcess {
         }
         // Leave the shared cluster as we found it; deletion finishes in the background.
         let env = env();
-        let _ = kubectl(env, &["-n", AGENT_NAMESPACE, "delete", "wss", &self.id, "--ignore-not-found", "--wait=false"]);
-        for selector in [format!("{LABEL_KEY}={}", self.id), format!("{TEST_LABEL}={}", self.id)] {
-            let _ = kubectl(env, &["delete", "namespace", "-l", &selector, "--wait=false"]);
+        let _ = kubectl(
+            env,
+            &[
+                "-n",
+                AGENT_NAMESPACE,
+                "delete",
+                "wss",
+                &self.id,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+        );
+        for selector in [
+            format!("{LABEL_KEY}={}", self.id),
+            format!("{TEST_LABEL}={}", self.id),
+        ] {
+            let _ = kubectl(
+                env,
+                &["delete", "namespace", "-l", &selector, "--wait=false"],
+            );
         }
     }
 }

@@ -129,7 +129,9 @@ impl Script {
             deployment_resource_version: rv,
             config_to_apply: self.configs.get(key).cloned().unwrap_or_else(|| {
                 let template = self.config_template.as_deref().unwrap_or_default();
-                template.replace("{namespace}", &key.0).replace("{name}", &key.1)
+                template
+                    .replace("{namespace}", &key.0)
+                    .replace("{name}", &key.1)
             }),
             image_pull_secrets: vec![],
         }
