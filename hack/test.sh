@@ -18,4 +18,4 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --all-targets --locked
+cargo test --all-targets --locked --no-fail-fast

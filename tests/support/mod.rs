@@ -64,7 +64,7 @@ pub fn env() -> &'static TestEnv {
             audit_log: var("WSYNC_TEST_AUDIT_LOG"),
         };
         let crds = repo_root().join("crds");
-        kubectl_ok(&env, &["apply", "-f", crds.to_str().expect("utf-8 path")]);
+        kubectl_ok(&env, &["apply", "-k", crds.to_str().expect("utf-8 path")]);
         kubectl_ok(
             &env,
             &[
