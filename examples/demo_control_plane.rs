@@ -11,8 +11,18 @@ use stub::{Script, StubControlPlane};
 const CONFIG: &str = "apiVersion: v1
 kind: ConfigMap
 metadata:
+  name: {name}-inventory
+  namespace: {namespace}
+  labels:
+    cli-utils.sigs.k8s.io/inventory-id: {name}-inventory
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
   name: {name}-settings
   namespace: {namespace}
+  annotations:
+    config.k8s.io/owning-inventory: {name}-inventory
 data:
   editor: vim
 ---
@@ -21,6 +31,8 @@ kind: Service
 metadata:
   name: {name}
   namespace: {namespace}
+  annotations:
+    config.k8s.io/owning-inventory: {name}-inventory
 spec:
   selector:
     app: {name}

@@ -35,7 +35,7 @@ kubectl apply -k crds/
 kubectl wait --for=condition=Established crd/workspacesyncstatuses.wsync.dev --timeout=30s >/dev/null
 kubectl create namespace wsync-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-step "Starting a scripted control plane (it hands every workspace a ConfigMap and a Service)"
+step "Starting a scripted control plane (it hands every workspace an inventory, a ConfigMap and a Service)"
 target/debug/examples/demo_control_plane >"$work/control-plane.url" 2>"$work/control-plane.log" &
 pids+=($!)
 for _ in $(seq 1 50); do [ -s "$work/control-plane.url" ] && break; sleep 0.1; done
@@ -43,7 +43,8 @@ url=$(cat "$work/control-plane.url")
 echo "listening on $url"
 
 step "Creating a sample workspace: Deployment demo-ws-1/ws-1, labelled agent.gitlab.com/id=demo"
-kubectl create namespace demo-ws-1 --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl create namespace demo-ws-1 --dry-run=client -o yaml \
+  | kubectl label --local -f - agent.gitlab.com/id=demo -o yaml | kubectl apply -f - >/dev/null
 kubectl -n demo-ws-1 create deployment ws-1 --image=busybox:1.36 --dry-run=client -o yaml \
   | kubectl label --local -f - agent.gitlab.com/id=demo -o yaml | kubectl apply -f -
 

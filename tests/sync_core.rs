@@ -243,9 +243,13 @@ async fn d_returned_config_is_applied_under_the_agents_field_manager() {
     let env = env();
     let id = unique_id("sd");
     let ns = format!("{id}-1");
-    let config = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ws-config\n  namespace: {ns}\ndata:\n  greeting: hello\n---\n\
-         apiVersion: v1\nkind: Service\nmetadata:\n  name: ws\n  namespace: {ns}\nspec:\n  ports:\n  - port: 80\n    protocol: TCP\n    targetPort: 8080\n  selector:\n    app: ws\n"
+    let service = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: ws\n  namespace: {ns}\nspec:\n  ports:\n  - port: 80\n    protocol: TCP\n    targetPort: 8080\n  selector:\n    app: ws\n"
+    );
+    let config = inventory_config(
+        &ns,
+        "ws-inventory",
+        &[config_map(&ns, "ws-config"), service],
     );
     let mut script = Script::with_intervals(300, 1);
     script.always_return.push((ns.clone(), "ws".into()));
@@ -411,9 +415,7 @@ async fn f_control_plane_failures_apply_nothing_show_the_reason_and_recover() {
     let env = env();
     let id = unique_id("sf");
     let ns = format!("{id}-1");
-    let config = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ws-config\n  namespace: {ns}\ndata:\n  k: v\n"
-    );
+    let config = inventory_config(&ns, "ws-inventory", &[config_map(&ns, "ws-config")]);
     let mut script = Script::with_intervals(300, 1);
     script.always_return.push((ns.clone(), "ws".into()));
     script.configs.insert((ns.clone(), "ws".into()), config);
@@ -503,10 +505,11 @@ async fn g_kill_9_and_restart_starts_full_with_the_ledger_intact() {
     let good_ns = format!("{id}-1");
     let bad_ns = format!("{id}-bad");
     create_workspace(&client, &good_ns, "ws", Some(&id)).await;
+    create_workspace(&client, &bad_ns, "ws", Some(&id)).await;
 
-    // "bad" gets a broken config; its error is never acknowledged, so it stays pending.
+    // "bad" gets a broken config. While the agent reports its error, the control plane does
+    // not return it, so the error is never acknowledged and must survive everything below.
     let mut script = Script::with_intervals(300, 1);
-    script.always_return.push((bad_ns.clone(), "ws".into()));
     script.configs.insert(
         (bad_ns.clone(), "ws".into()),
         "apiVersion: v1\nkind: [broken".into(),
@@ -538,6 +541,11 @@ async fn g_kill_9_and_restart_starts_full_with_the_ledger_intact() {
         .unwrap_or_default()
         .to_string();
     assert!(message.contains("invalid YAML"), "{message}");
+    let described = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "describe", "wss", &id]);
+    assert!(
+        described.contains("invalid YAML"),
+        "kubectl describe shows the message:\n{described}"
+    );
 
     agent.kill9();
     let after_kill = wss_json(env, &id).expect("wss");
@@ -546,11 +554,23 @@ async fn g_kill_9_and_restart_starts_full_with_the_ledger_intact() {
         before["status"]["pendingErrors"]
     );
     assert_eq!(
+        after_kill["status"]["errorMessages"],
+        before["status"]["errorMessages"]
+    );
+    assert_eq!(
         after_kill["status"]["lastFullSyncTime"],
         before["status"]["lastFullSyncTime"]
     );
     assert_eq!(after_kill["status"]["epoch"], before["status"]["epoch"]);
 
+    let carries_the_error = |r: &Recorded| {
+        r.request.workspace_agent_infos.iter().any(|i| {
+            i.namespace == bad_ns
+                && i.error_details
+                    .as_ref()
+                    .is_some_and(|e| e.error_message == message)
+        })
+    };
     let restart_at = stub.count();
     agent.restart();
     let (_, first) = stub
@@ -562,20 +582,38 @@ async fn g_kill_9_and_restart_starts_full_with_the_ledger_intact() {
         "{}",
         summary(&first)
     );
-    let error = first
-        .request
-        .workspace_agent_infos
-        .iter()
-        .find(|i| i.namespace == bad_ns)
-        .and_then(|i| i.error_details.clone())
-        .expect("the pending error is reported after the restart");
-    assert_eq!(error.error_message, message);
+    assert!(
+        carries_the_error(&first),
+        "the pending error is reported after the restart: {}",
+        summary(&first)
+    );
 
     let epoch = before["status"]["epoch"].as_u64().expect("epoch");
     eventually("a new epoch", LONG, || {
         (wss_json(env, &id)?["status"]["epoch"].as_u64()? == epoch + 1).then_some(())
     })
     .await;
+
+    // A forced full resync drops derived state, but not the unacknowledged error.
+    let forced_at = stub.count();
+    kubectl_ok(
+        env,
+        &[
+            "-n",
+            AGENT_NAMESPACE,
+            "annotate",
+            &format!("wss/{id}"),
+            "wsync.dev/resync-requested=1",
+        ],
+    );
+    let (_, forced) = stub
+        .wait_for("the forced full cycle", forced_at, LONG, is_full)
+        .await;
+    assert!(
+        carries_the_error(&forced),
+        "the forced full cycle carries the error: {}",
+        summary(&forced)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

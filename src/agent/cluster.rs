@@ -1,19 +1,24 @@
 //! Every Kubernetes side effect the agent has, in one place: the ledger object, the Deployment
 //! watch and LIST, namespaces, and server-side apply of workspace configs.
 
+use super::apply_plan::{MemberRef, OWNING_INVENTORY_ANNOTATION};
 use super::index::SharedIndex;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
 use crate::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
+    Preconditions,
+};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// LIST page size for the full resync's rebuild of the index.
@@ -27,10 +32,16 @@ pub struct ClusterConfig {
     pub field_manager: String,
 }
 
+/// The Event API caps a note at 1 KiB.
+const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
 pub struct Cluster {
     client: Client,
     config: ClusterConfig,
     discovery: Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>,
+    /// (group, kind) → resource, for pruning kinds known only from an inventory's keys.
+    kinds: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+    recorder: Recorder,
 }
 
 pub fn is_status(error: &kube::Error, code: u16) -> bool {
@@ -39,10 +50,18 @@ pub fn is_status(error: &kube::Error, code: u16) -> bool {
 
 impl Cluster {
     pub fn new(client: Client, config: ClusterConfig) -> Self {
+        let reporter = Reporter {
+            controller: config.field_manager.clone(),
+            instance: std::env::var("POD_NAME")
+                .ok()
+                .or_else(|| Some(config.agent_id.clone())),
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
             discovery: Mutex::new(HashMap::new()),
+            kinds: Mutex::new(HashMap::new()),
         }
     }
 
@@ -220,8 +239,150 @@ impl Cluster {
     }
 
     pub async fn namespace_exists(&self, namespace: &str) -> Result<bool, kube::Error> {
+        Ok(self.namespace_labels(namespace).await?.is_some())
+    }
+
+    /// A namespace's labels, or None when it does not exist.
+    pub async fn namespace_labels(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        Ok(api.get_opt(namespace).await?.is_some())
+        Ok(api
+            .get_opt(namespace)
+            .await?
+            .map(|ns| ns.metadata.labels.unwrap_or_default()))
+    }
+
+    /// The members an inventory ConfigMap lists now; none when it does not exist yet.
+    pub async fn inventory_members(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<BTreeSet<MemberRef>, kube::Error> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let data = api
+            .get_opt(name)
+            .await?
+            .and_then(|cm| cm.data)
+            .unwrap_or_default();
+        Ok(data
+            .keys()
+            .filter_map(|key| MemberRef::parse(key))
+            .collect())
+    }
+
+    async fn resolve_kind(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
+        let cache_key = (group.to_string(), kind.to_string());
+        if let Some(hit) = self
+            .kinds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cache_key)
+        {
+            return Ok(hit.clone());
+        }
+        let api_group = kube::discovery::group(&self.client, group).await?;
+        let resolved = api_group.recommended_kind(kind).ok_or_else(|| {
+            kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(format!(
+                "{group}/{kind}"
+            )))
+        })?;
+        self.kinds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cache_key, resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Delete a pruned member, but only if it still names `inventory_id` as its owner: an
+    /// object of another inventory, or one no inventory owns, is never touched.
+    pub async fn prune_member(
+        &self,
+        member: &MemberRef,
+        inventory_id: &str,
+    ) -> Result<bool, String> {
+        let describe = |e: kube::Error| format!("pruning {member}: {}", api_message(&e));
+        let (resource, _) = self
+            .resolve_kind(&member.group, &member.kind)
+            .await
+            .map_err(describe)?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
+        let Some(object) = api.get_opt(&member.name).await.map_err(describe)? else {
+            return Ok(false);
+        };
+        if object
+            .annotations()
+            .get(OWNING_INVENTORY_ANNOTATION)
+            .map(String::as_str)
+            != Some(inventory_id)
+        {
+            tracing::info!(object = %member, inventory = inventory_id, "not pruning an object this inventory does not own");
+            return Ok(false);
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: object.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&member.name, &params).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+            Err(e) => Err(describe(e)),
+        }
+    }
+
+    /// Emit a Warning Event; failures to emit are logged, never fatal.
+    pub async fn warn_event(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let note = super::errors::cap_message_to(note, MAX_EVENT_NOTE_BYTES);
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, regarding).await {
+            tracing::warn!(error = %api_message(&error), reason, "could not emit an Event");
+        }
+    }
+
+    /// The reference Events about the agent itself hang on.
+    pub fn ledger_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(WorkspaceSyncStatus::api_version(&()).into()),
+            kind: Some(WorkspaceSyncStatus::kind(&()).into()),
+            name: Some(self.config.agent_id.clone()),
+            namespace: Some(self.config.agent_namespace.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// A workspace Deployment's reference, with its uid, if it exists.
+    pub async fn deployment_reference(&self, key: &WorkspaceKey) -> Option<ObjectReference> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace);
+        let deployment = api.get_opt(&key.name).await.ok()??;
+        Some(ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("Deployment".into()),
+            name: Some(key.name.clone()),
+            namespace: Some(key.namespace.clone()),
+            uid: deployment.metadata.uid,
+            ..Default::default()
+        })
     }
 
     /// Resolve a kind through the discovery cache, asking the apiserver only on a miss.

@@ -4,6 +4,8 @@
 //! The Controller never runs two reconciles of one object at once, so a full and a partial
 //! cycle never overlap. Deployment changes reach it through `reconcile_all_on`.
 
+use super::applier::{self, ApplyError};
+use super::apply_plan::ApplyPolicy;
 use super::cluster::{Cluster, api_message};
 use super::control_plane::ControlPlaneClient;
 use super::cycle::{self, WorkspaceAction};
@@ -12,7 +14,7 @@ use super::index::SharedIndex;
 use super::ledger::{Ledger, SyncOutcome};
 use super::workspace::WorkspaceKey;
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
-use crate::protocol::{ErrorType, UpdateType};
+use crate::protocol::UpdateType;
 use crate::{Error, Result};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -33,6 +35,8 @@ pub struct LoopConfig {
     pub min_cycle_gap: Duration,
     /// How many workspaces are applied at once.
     pub apply_concurrency: usize,
+    /// What the control plane may have applied.
+    pub policy: ApplyPolicy,
 }
 
 /// What survives between cycles, guarded by one short-lived lock.
@@ -265,21 +269,25 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
                 version,
                 ..
             } => {
-                let result = apply_workspace(&ctx2.cluster, &key, &config).await;
+                let result =
+                    applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config)
+                        .await;
                 record_result(&ctx2, &key, version, result).await;
             }
             WorkspaceAction::Terminate { key } => {
-                if let Err(e) = ctx2.cluster.delete_namespace(&key.namespace).await {
-                    let message =
-                        format!("deleting namespace {}: {}", key.namespace, api_message(&e));
+                if let Err((error_type, message)) =
+                    applier::terminate_workspace(&ctx2.cluster, &ctx2.config.policy, &key).await
+                {
                     tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
                     ctx2.state().ledger.errors.fail_now(
                         &key,
-                        ErrorType::Kubernetes,
+                        error_type,
                         &message,
                         Timestamp::now(),
                     );
                     persist_logged(&ctx2).await;
+                    emit_failure_event(&ctx2, &key, "TerminationFailed", "Terminate", &message)
+                        .await;
                 }
             }
         }
@@ -290,39 +298,37 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
         .spawn(task.in_current_span());
 }
 
-/// Apply one workspace's config: namespace first, then every object with force.
-async fn apply_workspace(
-    cluster: &Cluster,
+/// An Event on the workspace's Deployment when it exists, else on the WorkspaceSyncStatus.
+async fn emit_failure_event(
+    ctx: &Context,
     key: &WorkspaceKey,
-    config: &str,
-) -> Result<(), (ErrorType, String)> {
-    let objects =
-        crate::yaml::parse_objects(config).map_err(|e| (ErrorType::Applier, e.to_string()))?;
-    cluster
-        .ensure_namespace(&key.namespace)
-        .await
-        .map_err(|e| {
-            (
-                ErrorType::Kubernetes,
-                format!("namespace {}: {}", key.namespace, api_message(&e)),
-            )
-        })?;
-    for object in &objects {
-        cluster
-            .apply_object(object, &key.namespace)
-            .await
-            .map_err(|m| (ErrorType::Applier, m))?;
-    }
-    Ok(())
+    reason: &str,
+    action: &str,
+    message: &str,
+) {
+    let on_deployment = ctx.index.lock().contains(key);
+    let regarding = match on_deployment {
+        true => ctx.cluster.deployment_reference(key).await,
+        false => None,
+    };
+    let note = match &regarding {
+        Some(_) => message.to_string(),
+        None => format!("workspace {key}: {message}"),
+    };
+    let regarding = regarding.unwrap_or_else(|| ctx.cluster.ledger_reference());
+    ctx.cluster
+        .warn_event(&regarding, reason, action, &note)
+        .await;
 }
 
 async fn record_result(
     ctx: &Arc<Context>,
     key: &WorkspaceKey,
     version: ApplyVersion,
-    result: Result<(), (ErrorType, String)>,
+    result: Result<(), ApplyError>,
 ) {
-    if let Err((_, message)) = &result {
+    let failure = result.as_ref().err().map(|(_, message)| message.clone());
+    if let Some(message) = &failure {
         tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
     }
     let recorded = ctx
@@ -332,7 +338,11 @@ async fn record_result(
         .record(key, version, result, Timestamp::now());
     match recorded {
         // Written at once, so that a kill -9 right after loses nothing.
-        Recorded::Failed => persist_logged(ctx).await,
+        Recorded::Failed => {
+            persist_logged(ctx).await;
+            let message = failure.unwrap_or_default();
+            emit_failure_event(ctx, key, "ApplyFailed", "Apply", &message).await;
+        }
         // The control plane still shows the old error: report the workspace again.
         Recorded::Recovered => ctx.index.lock().mark_dirty(key),
         Recorded::Healthy | Recorded::Stale => {}

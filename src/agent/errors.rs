@@ -92,11 +92,15 @@ pub struct ErrorTracker {
 
 /// Cut a message to the cap on a character boundary, saying that it was cut.
 pub fn cap_message(message: &str) -> String {
-    if message.len() <= MAX_MESSAGE_BYTES {
+    cap_message_to(message, MAX_MESSAGE_BYTES)
+}
+
+pub fn cap_message_to(message: &str, max_bytes: usize) -> String {
+    if message.len() <= max_bytes {
         return message.to_string();
     }
     const MARK: &str = " …(truncated)";
-    let mut end = MAX_MESSAGE_BYTES - MARK.len();
+    let mut end = max_bytes.saturating_sub(MARK.len());
     while !message.is_char_boundary(end) {
         end -= 1;
     }

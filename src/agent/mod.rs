@@ -1,5 +1,7 @@
 //! The in-cluster agent (DESIGN §2).
 
+pub mod applier;
+pub mod apply_plan;
 pub mod cluster;
 pub mod control_plane;
 pub mod controller;
@@ -73,6 +75,12 @@ pub struct AgentArgs {
     /// Minimum gap between the starts of two cycles; triggers within it merge.
     #[arg(long, env = "WSYNC_MIN_CYCLE_GAP", default_value = "500ms", value_parser = parse_duration)]
     pub min_cycle_gap: Duration,
+
+    /// Kinds the control plane may apply, as `Kind` (core group) or `group/Kind`. RBAC kinds
+    /// and cluster-scoped objects are refused whatever this says.
+    #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
+          default_values_t = apply_plan::DEFAULT_ALLOWED_KINDS.iter().map(|k| k.to_string()))]
+    pub allowed_kinds: Vec<String>,
 }
 
 /// Parse `500ms`, `5s`, `2m` or a bare number of seconds.
@@ -142,6 +150,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         LoopConfig {
             min_cycle_gap: args.min_cycle_gap,
             apply_concurrency: args.apply_concurrency,
+            policy: apply_plan::ApplyPolicy::new(
+                args.allowed_kinds.clone(),
+                args.namespace.clone(),
+            ),
         },
         ledger,
         wss.status.clone(),

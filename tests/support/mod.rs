@@ -126,11 +126,15 @@ pub async fn create_workspace(
 ) -> String {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     // Test namespaces are `<test id>-<suffix>`; the label lets the test's cleanup find them.
+    // A workspace's namespace carries its agent's label, as one the agent created would.
     let test_id = namespace.rsplit_once('-').map_or(namespace, |(id, _)| id);
-    let ns = serde_json::from_value(
-        json!({"metadata": {"name": namespace, "labels": {TEST_LABEL: test_id}}}),
-    )
-    .expect("namespace");
+    let mut ns_labels = serde_json::Map::new();
+    ns_labels.insert(TEST_LABEL.into(), test_id.into());
+    if let Some(id) = agent_label {
+        ns_labels.insert(LABEL_KEY.into(), id.into());
+    }
+    let ns = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": ns_labels}}))
+        .expect("namespace");
     match namespaces.create(&PostParams::default(), &ns).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -354,4 +358,30 @@ pub fn condition<'a>(wss: &'a serde_json::Value, type_: &str) -> Option<&'a serd
 
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
+}
+
+/// A workspace config the apply policy accepts: an inventory ConfigMap `<inventory>` and the
+/// given members, each annotated as owned by it. `members` are YAML documents without the
+/// owning-inventory annotation; it is added here.
+pub fn inventory_config(namespace: &str, inventory: &str, members: &[String]) -> String {
+    let mut docs = vec![format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {inventory}\n  namespace: {namespace}\n  labels:\n    cli-utils.sigs.k8s.io/inventory-id: {inventory}\n"
+    )];
+    for member in members {
+        docs.push(member.replacen(
+            "metadata:\n",
+            &format!(
+                "metadata:\n  annotations:\n    config.k8s.io/owning-inventory: {inventory}\n"
+            ),
+            1,
+        ));
+    }
+    docs.join("---\n")
+}
+
+/// A ConfigMap member document for `inventory_config`.
+pub fn config_map(namespace: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\ndata:\n  greeting: hello\n"
+    )
 }
