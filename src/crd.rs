@@ -29,41 +29,13 @@ pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
     namespaced,
     shortname = "wss",
     status = "WorkspaceSyncStatusStatus",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Workspaces",
-        type_ = "integer",
-        json_path = ".status.workspaces"
-    ),
-    printcolumn(
-        name = "Errors",
-        type_ = "integer",
-        json_path = ".status.pendingErrorCount"
-    ),
-    printcolumn(
-        name = "Reason",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Synced")].reason"#
-    ),
-    printcolumn(
-        name = "Last Full Sync",
-        type_ = "date",
-        json_path = ".status.lastFullSyncTime"
-    ),
-    printcolumn(
-        name = "Last Partial Sync",
-        type_ = "date",
-        json_path = ".status.lastPartialSyncTime"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Workspaces", type_ = "integer", json_path = ".status.workspaces"),
+    printcolumn(name = "Errors", type_ = "integer", json_path = ".status.pendingErrorCount"),
+    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Synced")].reason"#),
+    printcolumn(name = "Last Full Sync", type_ = "date", json_path = ".status.lastFullSyncTime"),
+    printcolumn(name = "Last Partial Sync", type_ = "date", json_path = ".status.lastPartialSyncTime"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceSyncStatusSpec {
@@ -134,11 +106,7 @@ pub struct PendingErrorRecord {
 
 impl WorkspaceSyncStatus {
     pub fn resync_request(&self) -> Option<&str> {
-        self.metadata
-            .annotations
-            .as_ref()?
-            .get(RESYNC_REQUESTED_ANNOTATION)
-            .map(String::as_str)
+        self.metadata.annotations.as_ref()?.get(RESYNC_REQUESTED_ANNOTATION).map(String::as_str)
     }
 
     pub fn paused(&self) -> bool {

@@ -23,9 +23,7 @@ pub enum Error {
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
 
-    #[error(
-        "the WorkspaceSyncStatus CRD is not installed; run `kubectl apply -k manifests/` first"
-    )]
+    #[error("the WorkspaceSyncStatus CRD is not installed; run `kubectl apply -k manifests/` first")]
     CrdMissing,
 }
 

@@ -3,11 +3,7 @@ use std::process::ExitCode;
 use wsync::agent::AgentArgs;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "wsync",
-    version,
-    about = "Keeps cloud development workspaces in step with a control plane"
-)]
+#[command(name = "wsync", version, about = "Keeps cloud development workspaces in step with a control plane")]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, env = "WSYNC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -34,16 +30,10 @@ enum LogFormat {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
     }
 }
 

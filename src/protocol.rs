@@ -9,8 +9,7 @@ use std::fmt;
 /// Default path of the reconcile endpoint, below the control-plane URL.
 pub const RECONCILE_PATH: &str = "/api/v4/internal/kubernetes/modules/remote_development/reconcile";
 /// Default path of the prerequisites endpoint, below the control-plane URL.
-pub const PREREQUISITES_PATH: &str =
-    "/api/v4/internal/kubernetes/modules/remote_development/prerequisites";
+pub const PREREQUISITES_PATH: &str = "/api/v4/internal/kubernetes/modules/remote_development/prerequisites";
 /// The only status code that means success for a reconcile call.
 pub const RECONCILE_SUCCESS: u16 = 201;
 
@@ -134,29 +133,19 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            full_reconciliation_interval_seconds: 3600,
-            partial_reconciliation_interval_seconds: 10,
-        }
+        Self { full_reconciliation_interval_seconds: 3600, partial_reconciliation_interval_seconds: 10 }
     }
 }
 
 impl Settings {
     /// Both intervals positive, and partial strictly shorter than full.
     pub fn validate(&self) -> Result<(), String> {
-        let (full, partial) = (
-            self.full_reconciliation_interval_seconds,
-            self.partial_reconciliation_interval_seconds,
-        );
+        let (full, partial) = (self.full_reconciliation_interval_seconds, self.partial_reconciliation_interval_seconds);
         if full == 0 || partial == 0 {
-            return Err(format!(
-                "intervals must be positive (full {full}s, partial {partial}s)"
-            ));
+            return Err(format!("intervals must be positive (full {full}s, partial {partial}s)"));
         }
         if partial >= full {
-            return Err(format!(
-                "partial interval {partial}s must be shorter than full interval {full}s"
-            ));
+            return Err(format!("partial interval {partial}s must be shorter than full interval {full}s"));
         }
         Ok(())
     }
@@ -181,27 +170,14 @@ mod tests {
 
     #[test]
     fn empty_request_sends_an_empty_array() {
-        let req = ReconcileRequest {
-            update_type: UpdateType::Partial,
-            workspace_agent_infos: vec![],
-        };
-        assert_eq!(
-            serde_json::to_string(&req).unwrap(),
-            r#"{"update_type":"partial","workspace_agent_infos":[]}"#
-        );
+        let req = ReconcileRequest { update_type: UpdateType::Partial, workspace_agent_infos: vec![] };
+        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"update_type":"partial","workspace_agent_infos":[]}"#);
     }
 
     #[test]
     fn optional_fields_are_omitted() {
-        let info = WorkspaceAgentInfo {
-            name: "ws".into(),
-            namespace: "ns".into(),
-            ..Default::default()
-        };
-        assert_eq!(
-            serde_json::to_string(&info).unwrap(),
-            r#"{"name":"ws","namespace":"ns"}"#
-        );
+        let info = WorkspaceAgentInfo { name: "ws".into(), namespace: "ns".into(), ..Default::default() };
+        assert_eq!(serde_json::to_string(&info).unwrap(), r#"{"name":"ws","namespace":"ns"}"#);
     }
 
     #[test]

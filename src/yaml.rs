@@ -6,15 +6,9 @@ use serde::Deserialize;
 #[derive(thiserror::Error, Debug)]
 pub enum YamlError {
     #[error("document {index}: invalid YAML: {source}")]
-    Parse {
-        index: usize,
-        source: serde_yaml::Error,
-    },
+    Parse { index: usize, source: serde_yaml::Error },
     #[error("document {index}: not a Kubernetes object: {source}")]
-    NotAnObject {
-        index: usize,
-        source: serde_json::Error,
-    },
+    NotAnObject { index: usize, source: serde_json::Error },
     #[error("document {index}: missing {field}")]
     MissingField { index: usize, field: &'static str },
 }
@@ -24,36 +18,19 @@ pub enum YamlError {
 pub fn parse_objects(stream: &str) -> Result<Vec<DynamicObject>, YamlError> {
     let mut objects = Vec::new();
     for (index, document) in serde_yaml::Deserializer::from_str(stream).enumerate() {
-        let value = serde_yaml::Value::deserialize(document)
-            .map_err(|source| YamlError::Parse { index, source })?;
+        let value = serde_yaml::Value::deserialize(document).map_err(|source| YamlError::Parse { index, source })?;
         if value.is_null() {
             continue;
         }
-        let json = serde_json::to_value(&value)
-            .map_err(|source| YamlError::NotAnObject { index, source })?;
-        let object: DynamicObject = serde_json::from_value(json)
-            .map_err(|source| YamlError::NotAnObject { index, source })?;
-        let types = object.types.as_ref().ok_or(YamlError::MissingField {
-            index,
-            field: "apiVersion/kind",
-        })?;
+        let json = serde_json::to_value(&value).map_err(|source| YamlError::NotAnObject { index, source })?;
+        let object: DynamicObject =
+            serde_json::from_value(json).map_err(|source| YamlError::NotAnObject { index, source })?;
+        let types = object.types.as_ref().ok_or(YamlError::MissingField { index, field: "apiVersion/kind" })?;
         if types.kind.is_empty() || types.api_version.is_empty() {
-            return Err(YamlError::MissingField {
-                index,
-                field: "apiVersion/kind",
-            });
+            return Err(YamlError::MissingField { index, field: "apiVersion/kind" });
         }
-        if object
-            .metadata
-            .name
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-        {
-            return Err(YamlError::MissingField {
-                index,
-                field: "metadata.name",
-            });
+        if object.metadata.name.as_deref().unwrap_or_default().is_empty() {
+            return Err(YamlError::MissingField { index, field: "metadata.name" });
         }
         objects.push(object);
     }
@@ -79,9 +56,7 @@ mod tests {
 
     #[test]
     fn broken_document_fails_the_stream_and_names_it() {
-        let err =
-            parse_objects("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: [")
-                .unwrap_err();
+        let err = parse_objects("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: [").unwrap_err();
         assert!(err.to_string().starts_with("document 1"), "{err}");
         let err = parse_objects("apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n").unwrap_err();
         assert!(err.to_string().contains("metadata.name"), "{err}");

@@ -8,25 +8,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::stub::{Recorded, Reply, Script, StubControlPlane};
 use support::*;
-use wsync::protocol::{
-    ActualState, DesiredState, ErrorType, ReconcileRequest, TerminationProgress,
-};
+use wsync::protocol::{ActualState, DesiredState, ErrorType, ReconcileRequest, TerminationProgress};
 
 const LONG: Duration = Duration::from_secs(90);
 
 fn error_for<'a>(r: &'a Recorded, namespace: &str) -> Option<&'a wsync::protocol::ErrorDetails> {
-    r.request
-        .workspace_agent_infos
-        .iter()
-        .find(|i| i.namespace == namespace)?
-        .error_details
-        .as_ref()
+    r.request.workspace_agent_infos.iter().find(|i| i.namespace == namespace)?.error_details.as_ref()
 }
 
 fn exists(env: &TestEnv, namespace: &str, kind: &str, name: &str) -> bool {
-    kubectl(env, &["-n", namespace, "get", kind, name])
-        .status
-        .success()
+    kubectl(env, &["-n", namespace, "get", kind, name]).status.success()
 }
 
 /// A Deployment the apiserver rejects with 422: its container has no image.
@@ -60,58 +51,64 @@ async fn a_one_broken_workspace_never_blocks_twenty_good_ones() {
     for n in 0..20 {
         let ns = format!("{id}-{n}");
         script.always_return.push((ns.clone(), "ws".into()));
-        script.configs.insert(
-            (ns.clone(), "ws".into()),
-            inventory_config(&ns, "inv", &[config_map(&ns, "cfg")]),
-        );
+        script.configs.insert((ns.clone(), "ws".into()), inventory_config(&ns, "inv", &[config_map(&ns, "cfg")]));
     }
     script.always_return.push((bad_ns.clone(), "ws".into()));
-    script.configs.insert(
-        (bad_ns.clone(), "ws".into()),
-        inventory_config(&bad_ns, "inv", &[invalid_deployment(&bad_ns)]),
-    );
+    script
+        .configs
+        .insert((bad_ns.clone(), "ws".into()), inventory_config(&bad_ns, "inv", &[invalid_deployment(&bad_ns)]));
+    // Two more kinds of broken: unparsable YAML (for a workspace whose Deployment exists, so
+    // its Event lands on the Deployment) and a refused kind.
+    let (yaml_ns, refused_ns) = (format!("{id}-yaml"), format!("{id}-refused"));
+    create_workspace(&admin_client(env).await, &yaml_ns, "ws", Some(&id)).await;
+    script.configs.insert((yaml_ns.clone(), "ws".into()), "kind: [unterminated".into());
+    script.always_return.push((refused_ns.clone(), "ws".into()));
+    let job = format!("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: miner\n  namespace: {refused_ns}\n");
+    script.configs.insert((refused_ns.clone(), "ws".into()), inventory_config(&refused_ns, "inv", &[job]));
     let stub = StubControlPlane::start(Script::default()).await;
     stub.set_responder(configs_once(script));
     let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
+    for (ns, words) in [(&yaml_ns, "invalid YAML"), (&refused_ns, "Job.batch")] {
+        let (_, r) = stub.wait_for("each broken workspace's error", 0, LONG, |r| error_for(r, ns).is_some()).await;
+        let message = &error_for(&r, ns).expect("error").error_message;
+        assert!(message.contains(words), "{ns}: {message}");
+    }
+    let on_deployment = kubectl_ok(
+        env,
+        &[
+            "-n",
+            &yaml_ns,
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.kind=Deployment,reason=ApplyFailed",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    );
+    assert!(on_deployment.contains("invalid YAML"), "ApplyFailed event on the Deployment: {on_deployment:?}");
 
-    let (reported, request) = stub
-        .wait_for("the broken workspace's error", 0, LONG, |r| {
-            error_for(r, &bad_ns).is_some()
-        })
-        .await;
+    let (reported, request) =
+        stub.wait_for("the broken workspace's error", 0, LONG, |r| error_for(r, &bad_ns).is_some()).await;
     let error = error_for(&request, &bad_ns).expect("error details");
     assert_eq!(error.error_type, ErrorType::Applier);
     assert!(
-        error.error_message.contains("Deployment apps/")
-            || error.error_message.contains("Deployment.apps"),
+        error.error_message.contains("Deployment apps/") || error.error_message.contains("Deployment.apps"),
         "{}",
         error.error_message
     );
-    assert!(
-        error.error_message.contains("Required value"),
-        "the apiserver's own words: {}",
-        error.error_message
-    );
+    assert!(error.error_message.contains("Required value"), "the apiserver's own words: {}", error.error_message);
     for n in 0..20 {
         let ns = format!("{id}-{n}");
-        eventually("every good workspace applied", LONG, || {
-            exists(env, &ns, "configmap", "cfg").then_some(())
-        })
-        .await;
+        eventually("every good workspace applied", LONG, || exists(env, &ns, "configmap", "cfg").then_some(())).await;
     }
 
     // The stub returned the workspace with its error: acknowledged, so cleared and not resent.
-    eventually("the error cleared", LONG, || {
-        (wss_json(env, &id)?["status"]["pendingErrorCount"] == 0).then_some(())
-    })
-    .await;
-    stub.wait_for("two more cycles", reported + 3, LONG, |_| true)
+    eventually("the error cleared", LONG, || (wss_json(env, &id)?["status"]["pendingErrorCount"] == 0).then_some(()))
         .await;
+    stub.wait_for("two more cycles", reported + 3, LONG, |_| true).await;
     let later: Vec<Recorded> = stub.requests().into_iter().skip(reported + 1).collect();
-    assert!(
-        later.iter().all(|r| error_for(r, &bad_ns).is_none()),
-        "an acknowledged error was sent again"
-    );
+    assert!(later.iter().all(|r| error_for(r, &bad_ns).is_none()), "an acknowledged error was sent again");
 
     // The failure is an Event on the WorkspaceSyncStatus, since the Deployment never existed.
     let events = kubectl_ok(
@@ -127,10 +124,7 @@ async fn a_one_broken_workspace_never_blocks_twenty_good_ones() {
             "jsonpath={.items[*].message}",
         ],
     );
-    assert!(
-        events.contains("Required value"),
-        "ApplyFailed event: {events:?}"
-    );
+    assert!(events.contains("Required value"), "ApplyFailed event: {events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -138,116 +132,43 @@ async fn c_members_that_leave_the_inventory_are_pruned_and_nothing_else() {
     let env = env();
     let id = unique_id("ac");
     let ns = format!("{id}-1");
-    let members = |names: &[&str]| {
-        inventory_config(
-            &ns,
-            "inv",
-            &names.iter().map(|n| config_map(&ns, n)).collect::<Vec<_>>(),
-        )
-    };
+    let members =
+        |names: &[&str]| inventory_config(&ns, "inv", &names.iter().map(|n| config_map(&ns, n)).collect::<Vec<_>>());
     let mut script = Script::with_intervals(300, 1);
     script.always_return.push((ns.clone(), "ws".into()));
-    script.configs.insert(
-        (ns.clone(), "ws".into()),
-        members(&["keep", "drop", "adopted", "unowned"]),
-    );
+    script.configs.insert((ns.clone(), "ws".into()), members(&["keep", "drop", "adopted", "unowned"]));
     let stub = StubControlPlane::start(script.clone()).await;
     let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
     for name in ["keep", "drop", "adopted", "unowned"] {
-        eventually("the first config applied", LONG, || {
-            exists(env, &ns, "configmap", name).then_some(())
-        })
-        .await;
+        eventually("the first config applied", LONG, || exists(env, &ns, "configmap", name).then_some(())).await;
     }
-    let inventory = kubectl_ok(
-        env,
-        &[
-            "-n",
-            &ns,
-            "get",
-            "configmap",
-            "inv",
-            "-o",
-            "jsonpath={.data}",
-        ],
-    );
-    assert!(
-        inventory.contains(&format!("{ns}_drop__ConfigMap")),
-        "cli-utils keys: {inventory}"
-    );
+    let inventory = kubectl_ok(env, &["-n", &ns, "get", "configmap", "inv", "-o", "jsonpath={.data}"]);
+    assert!(inventory.contains(&format!("{ns}_drop__ConfigMap")), "cli-utils keys: {inventory}");
 
     // Hold the config back while the objects are changed by hand.
     let mut quiet = script.clone();
     quiet.configs.clear();
     stub.set_script(quiet);
     let settled = stub.count() + 2;
-    stub.wait_for("a cycle without config", settled, LONG, |_| true)
-        .await;
+    stub.wait_for("a cycle without config", settled, LONG, |_| true).await;
     kubectl_ok(
         env,
-        &[
-            "-n",
-            &ns,
-            "annotate",
-            "configmap",
-            "adopted",
-            "config.k8s.io/owning-inventory=someone-else",
-            "--overwrite",
-        ],
+        &["-n", &ns, "annotate", "configmap", "adopted", "config.k8s.io/owning-inventory=someone-else", "--overwrite"],
     );
-    kubectl_ok(
-        env,
-        &[
-            "-n",
-            &ns,
-            "annotate",
-            "configmap",
-            "unowned",
-            "config.k8s.io/owning-inventory-",
-        ],
-    );
-    kubectl_ok(
-        env,
-        &[
-            "-n",
-            &ns,
-            "create",
-            "configmap",
-            "bystander",
-            "--from-literal=a=b",
-        ],
-    );
+    kubectl_ok(env, &["-n", &ns, "annotate", "configmap", "unowned", "config.k8s.io/owning-inventory-"]);
+    kubectl_ok(env, &["-n", &ns, "create", "configmap", "bystander", "--from-literal=a=b"]);
 
     let mut smaller = script.clone();
-    smaller
-        .configs
-        .insert((ns.clone(), "ws".into()), members(&["keep"]));
+    smaller.configs.insert((ns.clone(), "ws".into()), members(&["keep"]));
     stub.set_script(smaller);
-    eventually("the dropped member pruned", LONG, || {
-        (!exists(env, &ns, "configmap", "drop")).then_some(())
-    })
-    .await;
+    eventually("the dropped member pruned", LONG, || (!exists(env, &ns, "configmap", "drop")).then_some(())).await;
     eventually("the inventory lists only what is left", LONG, || {
-        let data = kubectl_ok(
-            env,
-            &[
-                "-n",
-                &ns,
-                "get",
-                "configmap",
-                "inv",
-                "-o",
-                "jsonpath={.data}",
-            ],
-        );
+        let data = kubectl_ok(env, &["-n", &ns, "get", "configmap", "inv", "-o", "jsonpath={.data}"]);
         (data.contains(&format!("{ns}_keep__ConfigMap")) && !data.contains("adopted")).then_some(())
     })
     .await;
     for survivor in ["keep", "adopted", "unowned", "bystander"] {
-        assert!(
-            exists(env, &ns, "configmap", survivor),
-            "{survivor} must not be pruned"
-        );
+        assert!(exists(env, &ns, "configmap", survivor), "{survivor} must not be pruned");
     }
 }
 
@@ -258,17 +179,7 @@ async fn d_termination_runs_to_terminated_and_the_namespace_is_gone() {
     let id = unique_id("ad");
     let ns = format!("{id}-1");
     create_workspace(&client, &ns, "ws", Some(&id)).await;
-    kubectl_ok(
-        env,
-        &[
-            "-n",
-            &ns,
-            "create",
-            "configmap",
-            "home",
-            "--from-literal=a=b",
-        ],
-    );
+    kubectl_ok(env, &["-n", &ns, "create", "configmap", "home", "--from-literal=a=b"]);
 
     // Desired Terminated from the start; actual follows what the agent reports, as Rails does.
     let mut script = Script::with_intervals(300, 1);
@@ -279,18 +190,11 @@ async fn d_termination_runs_to_terminated_and_the_namespace_is_gone() {
     let key = ns.clone();
     stub.set_responder(move |req| {
         let mut response = script.respond(req);
-        let reported = req
-            .workspace_agent_infos
-            .iter()
-            .find(|i| i.namespace == key)
-            .and_then(|i| i.termination_progress);
+        let reported =
+            req.workspace_agent_infos.iter().find(|i| i.namespace == key).and_then(|i| i.termination_progress);
         let mut done = seen.lock().unwrap();
         *done |= reported == Some(TerminationProgress::Terminated);
-        for info in response
-            .workspace_rails_infos
-            .iter_mut()
-            .filter(|i| i.namespace == key)
-        {
+        for info in response.workspace_rails_infos.iter_mut().filter(|i| i.namespace == key) {
             info.desired_state = DesiredState::Terminated;
             info.actual_state = match (*done, reported) {
                 (true, _) => ActualState::Terminated,
@@ -303,42 +207,26 @@ async fn d_termination_runs_to_terminated_and_the_namespace_is_gone() {
     let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
 
     let progress = |r: &Recorded| {
-        r.request
-            .workspace_agent_infos
-            .iter()
-            .find(|i| i.namespace == ns)
-            .and_then(|i| i.termination_progress)
+        r.request.workspace_agent_infos.iter().find(|i| i.namespace == ns).and_then(|i| i.termination_progress)
     };
-    let (terminating, _) = stub
-        .wait_for("Terminating", 0, LONG, |r| {
-            progress(r) == Some(TerminationProgress::Terminating)
-        })
-        .await;
-    let (terminated, _) = stub
-        .wait_for("Terminated", terminating, LONG, |r| {
-            progress(r) == Some(TerminationProgress::Terminated)
-        })
-        .await;
+    let (terminating, _) =
+        stub.wait_for("Terminating", 0, LONG, |r| progress(r) == Some(TerminationProgress::Terminating)).await;
+    let (terminated, _) =
+        stub.wait_for("Terminated", terminating, LONG, |r| progress(r) == Some(TerminationProgress::Terminated)).await;
     let gone = kubectl(env, &["get", "namespace", &ns]);
     assert!(!gone.status.success(), "the namespace is really gone");
 
     // Once the control plane says Terminated, the agent forgets the workspace.
     eventually("the workspace forgotten", LONG, || {
         let wss = wss_json(env, &id)?;
-        let tracked = wss["status"]["terminations"]
-            .as_object()
-            .is_some_and(|t| t.contains_key(&format!("{ns}/ws")));
+        let tracked = wss["status"]["terminations"].as_object().is_some_and(|t| t.contains_key(&format!("{ns}/ws")));
         (!tracked).then_some(())
     })
     .await;
     let after = stub.count();
-    stub.wait_for("two more cycles", after + 1, LONG, |_| true)
-        .await;
+    stub.wait_for("two more cycles", after + 1, LONG, |_| true).await;
     assert!(
-        stub.requests()[terminated + 1..]
-            .iter()
-            .skip(1)
-            .all(|r| progress(r).is_none()),
+        stub.requests()[terminated + 1..].iter().skip(1).all(|r| progress(r).is_none()),
         "forgotten workspaces are not reported"
     );
 }
@@ -347,8 +235,7 @@ async fn d_termination_runs_to_terminated_and_the_namespace_is_gone() {
 async fn e_refused_streams_change_nothing_and_name_the_object() {
     let env = env();
     let id = unique_id("ae");
-    let (rbac_ns, secret_ns, victim_ns) =
-        (format!("{id}-1"), format!("{id}-2"), format!("{id}-victim"));
+    let (rbac_ns, secret_ns, victim_ns) = (format!("{id}-1"), format!("{id}-2"), format!("{id}-victim"));
     let binding = format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {id}-admin\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: default\n  namespace: {rbac_ns}\n"
     );
@@ -365,28 +252,15 @@ async fn e_refused_streams_change_nothing_and_name_the_object() {
     stub.set_responder(configs_once(script));
     let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
 
-    let (_, r) = stub
-        .wait_for("the RBAC refusal", 0, LONG, |r| {
-            error_for(r, &rbac_ns).is_some()
-        })
-        .await;
+    let (_, r) = stub.wait_for("the RBAC refusal", 0, LONG, |r| error_for(r, &rbac_ns).is_some()).await;
     let message = &error_for(&r, &rbac_ns).expect("error").error_message;
     assert!(
-        message.contains(&format!(
-            "ClusterRoleBinding.rbac.authorization.k8s.io {rbac_ns}/{id}-admin"
-        )),
+        message.contains(&format!("ClusterRoleBinding.rbac.authorization.k8s.io {rbac_ns}/{id}-admin")),
         "{message}"
     );
-    let (_, r) = stub
-        .wait_for("the namespace refusal", 0, LONG, |r| {
-            error_for(r, &secret_ns).is_some()
-        })
-        .await;
+    let (_, r) = stub.wait_for("the namespace refusal", 0, LONG, |r| error_for(r, &secret_ns).is_some()).await;
     let message = &error_for(&r, &secret_ns).expect("error").error_message;
-    assert!(
-        message.contains(&format!("Secret {victim_ns}/stolen")) && message.contains("outside"),
-        "{message}"
-    );
+    assert!(message.contains(&format!("Secret {victim_ns}/stolen")) && message.contains("outside"), "{message}");
 
     for ns in [&rbac_ns, &secret_ns] {
         assert!(
@@ -394,11 +268,7 @@ async fn e_refused_streams_change_nothing_and_name_the_object() {
             "a refused stream creates nothing, not even {ns}"
         );
     }
-    assert!(
-        !kubectl(env, &["get", "clusterrolebinding", &format!("{id}-admin")])
-            .status
-            .success()
-    );
+    assert!(!kubectl(env, &["get", "clusterrolebinding", &format!("{id}-admin")]).status.success());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -410,65 +280,29 @@ async fn f_a_paused_agent_applies_nothing_but_still_reports() {
     create_workspace(&client, &ns, "ws", Some(&id)).await;
     let stub = StubControlPlane::start(Script::with_intervals(300, 1)).await;
     let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
-    stub.wait_for("the first full cycle", 0, LONG, support::stub::is_full)
-        .await;
+    stub.wait_for("the first full cycle", 0, LONG, support::stub::is_full).await;
     eventually("the WorkspaceSyncStatus", LONG, || wss_json(env, &id)).await;
 
-    kubectl_ok(
-        env,
-        &[
-            "-n",
-            AGENT_NAMESPACE,
-            "patch",
-            "wss",
-            &id,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":true}}"#,
-        ],
-    );
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "patch", "wss", &id, "--type=merge", "-p", r#"{"spec":{"paused":true}}"#]);
     // Give the spec change a cycle to land, then offer a config.
     let mark = stub.count() + 2;
-    stub.wait_for("cycles after pausing", mark, LONG, |_| true)
-        .await;
+    stub.wait_for("cycles after pausing", mark, LONG, |_| true).await;
     let mut script = Script::with_intervals(300, 1);
-    script.configs.insert(
-        (ns.clone(), "ws".into()),
-        inventory_config(&ns, "inv", &[config_map(&ns, "paused-cfg")]),
-    );
+    script.configs.insert((ns.clone(), "ws".into()), inventory_config(&ns, "inv", &[config_map(&ns, "paused-cfg")]));
     stub.set_script(script);
     kubectl_ok(env, &["-n", &ns, "scale", "deployment/ws", "--replicas=0"]);
     let (reported, _) = stub
         .wait_for("the change reported while paused", mark, LONG, |r| {
-            r.request
-                .workspace_agent_infos
-                .iter()
-                .any(|i| i.namespace == ns)
+            r.request.workspace_agent_infos.iter().any(|i| i.namespace == ns)
         })
         .await;
-    stub.wait_for("two more cycles", reported + 2, LONG, |_| true)
-        .await;
-    assert!(
-        !exists(env, &ns, "configmap", "paused-cfg"),
-        "a paused agent applies nothing"
-    );
+    stub.wait_for("two more cycles", reported + 2, LONG, |_| true).await;
+    assert!(!exists(env, &ns, "configmap", "paused-cfg"), "a paused agent applies nothing");
 
     kubectl_ok(
         env,
-        &[
-            "-n",
-            AGENT_NAMESPACE,
-            "patch",
-            "wss",
-            &id,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":false}}"#,
-        ],
+        &["-n", AGENT_NAMESPACE, "patch", "wss", &id, "--type=merge", "-p", r#"{"spec":{"paused":false}}"#],
     );
     kubectl_ok(env, &["-n", &ns, "scale", "deployment/ws", "--replicas=1"]);
-    eventually("applied once unpaused", LONG, || {
-        exists(env, &ns, "configmap", "paused-cfg").then_some(())
-    })
-    .await;
+    eventually("applied once unpaused", LONG, || exists(env, &ns, "configmap", "paused-cfg").then_some(())).await;
 }

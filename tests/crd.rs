@@ -15,20 +15,11 @@ fn checked_in_crd_is_fresh() {
 fn ledger_maps_and_lists_are_atomic() {
     let crd = wsync::crd::crd_yaml().expect("render the CRD");
     let value: serde_yaml::Value = serde_yaml::from_str(&crd).expect("yaml");
-    let status = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-        ["properties"];
+    let status = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
     for map in ["acknowledged", "terminations"] {
-        assert_eq!(
-            status[map]["x-kubernetes-map-type"].as_str(),
-            Some("atomic"),
-            "{map}"
-        );
+        assert_eq!(status[map]["x-kubernetes-map-type"].as_str(), Some("atomic"), "{map}");
     }
     for list in ["pendingErrors", "errorMessages"] {
-        assert_eq!(
-            status[list]["x-kubernetes-list-type"].as_str(),
-            Some("atomic"),
-            "{list}"
-        );
+        assert_eq!(status[list]["x-kubernetes-list-type"].as_str(), Some("atomic"), "{list}");
     }
 }

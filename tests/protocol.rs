@@ -23,20 +23,11 @@ fn partial_request_round_trips() {
     let request: ReconcileRequest = round_trips("reconcile_request_partial.json");
     assert_eq!(request.update_type, UpdateType::Partial);
     assert_eq!(request.workspace_agent_infos.len(), 4);
-    assert_eq!(
-        request.workspace_agent_infos[1].termination_progress,
-        Some(TerminationProgress::Terminating)
-    );
-    let error = request.workspace_agent_infos[2]
-        .error_details
-        .as_ref()
-        .expect("error details");
+    assert_eq!(request.workspace_agent_infos[1].termination_progress, Some(TerminationProgress::Terminating));
+    let error = request.workspace_agent_infos[2].error_details.as_ref().expect("error details");
     assert_eq!(error.error_type, ErrorType::Applier);
     assert_eq!(
-        request.workspace_agent_infos[3]
-            .error_details
-            .as_ref()
-            .map(|e| e.error_type),
+        request.workspace_agent_infos[3].error_details.as_ref().map(|e| e.error_type),
         Some(ErrorType::Kubernetes)
     );
 }
@@ -52,40 +43,19 @@ fn empty_full_request_keeps_its_empty_array() {
 fn response_round_trips() {
     let response: ReconcileResponse = round_trips("reconcile_response.json");
     let ws1 = &response.workspace_rails_infos[0];
-    assert_eq!(
-        (ws1.desired_state, ws1.actual_state),
-        (DesiredState::Stopped, ActualState::Running)
-    );
+    assert_eq!((ws1.desired_state, ws1.actual_state), (DesiredState::Stopped, ActualState::Running));
     assert_eq!(ws1.deployment_resource_version.as_deref(), Some("123456"));
-    assert_eq!(
-        ws1.image_pull_secrets,
-        vec![ImagePullSecret {
-            name: "regcred".into(),
-            namespace: "default".into()
-        }]
-    );
-    assert_eq!(
-        response.workspace_rails_infos[2].desired_state,
-        DesiredState::RestartRequested
-    );
+    assert_eq!(ws1.image_pull_secrets, vec![ImagePullSecret { name: "regcred".into(), namespace: "default".into() }]);
+    assert_eq!(response.workspace_rails_infos[2].desired_state, DesiredState::RestartRequested);
     assert_eq!(response.settings, Some(Settings::default()));
 }
 
 #[test]
 fn unknown_response_fields_are_ignored() {
     let response: ReconcileResponse =
-        serde_json::from_str(&fixture("reconcile_response_gitlab_extra_fields.json"))
-            .expect("parses");
-    assert_eq!(
-        response.workspace_rails_infos[0].actual_state,
-        ActualState::Starting
-    );
-    assert_eq!(
-        response
-            .settings
-            .map(|s| s.partial_reconciliation_interval_seconds),
-        Some(10)
-    );
+        serde_json::from_str(&fixture("reconcile_response_gitlab_extra_fields.json")).expect("parses");
+    assert_eq!(response.workspace_rails_infos[0].actual_state, ActualState::Starting);
+    assert_eq!(response.settings.map(|s| s.partial_reconciliation_interval_seconds), Some(10));
 }
 
 #[test]
@@ -119,17 +89,13 @@ fn every_enum_value_is_spelled_as_on_the_wire() {
         assert_eq!(serde_json::to_value(parsed).unwrap(), value);
     }
     assert_eq!(serde_json::to_value(ErrorType::Applier).unwrap(), "applier");
-    assert_eq!(
-        serde_json::to_value(ErrorType::Kubernetes).unwrap(),
-        "kubernetes"
-    );
+    assert_eq!(serde_json::to_value(ErrorType::Kubernetes).unwrap(), "kubernetes");
     assert_eq!(serde_json::to_value(UpdateType::Full).unwrap(), "full");
     assert!(serde_json::from_value::<DesiredState>(Value::from("running")).is_err());
 }
 
 #[test]
 fn prerequisites_ignore_unknown_fields() {
-    let p: Prerequisites =
-        serde_json::from_str(r#"{"shared_namespace": "", "extra": 1}"#).expect("parses");
+    let p: Prerequisites = serde_json::from_str(r#"{"shared_namespace": "", "extra": 1}"#).expect("parses");
     assert_eq!(p.shared_namespace, "");
 }

@@ -25,9 +25,7 @@ pub async fn apply_workspace(
     let objects = crate::yaml::parse_objects(config).map_err(|e| applier(e.to_string()))?;
     let scopes = resolve_scopes(cluster, &objects).await.map_err(applier)?;
     let inventories = apply_plan::plan(objects, &key.namespace, policy, |gvk| {
-        scopes
-            .get(gvk)
-            .is_some_and(|scope| *scope == Scope::Namespaced)
+        scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
     })
     .map_err(applier)?;
     ensure_own_namespace(cluster, policy, &key.namespace).await?;
@@ -43,50 +41,35 @@ async fn resolve_scopes(
 ) -> Result<HashMap<kube::core::GroupVersionKind, Scope>, String> {
     let mut scopes = HashMap::new();
     for object in objects {
-        let types = object
-            .types
-            .as_ref()
-            .ok_or("an object without apiVersion/kind")?;
+        let types = object.types.as_ref().ok_or("an object without apiVersion/kind")?;
         let gvk = kube::core::GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
         if scopes.contains_key(&gvk) {
             continue;
         }
-        let (_, capabilities) = cluster.resolve(&gvk).await.map_err(|e| {
-            format!(
-                "{} {}: unknown kind: {}",
-                types.kind,
-                types.api_version,
-                api_message(&e)
-            )
-        })?;
+        let (_, capabilities) = cluster
+            .resolve(&gvk)
+            .await
+            .map_err(|e| format!("{} {}: unknown kind: {}", types.kind, types.api_version, api_message(&e)))?;
         scopes.insert(gvk, capabilities.scope);
     }
     Ok(scopes)
 }
 
 /// The workspace namespace must be new, or already carry this agent's label.
-async fn ensure_own_namespace(
-    cluster: &Cluster,
-    policy: &ApplyPolicy,
-    namespace: &str,
-) -> Result<(), ApplyError> {
+async fn ensure_own_namespace(cluster: &Cluster, policy: &ApplyPolicy, namespace: &str) -> Result<(), ApplyError> {
     let kubernetes = |message: String| (ErrorType::Kubernetes, message);
     if policy.protected_namespace(namespace) {
-        return Err(kubernetes(format!(
-            "refused: namespace {namespace} is protected"
-        )));
+        return Err(kubernetes(format!("refused: namespace {namespace} is protected")));
     }
     let labels = cluster
         .namespace_labels(namespace)
         .await
         .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
     match labels {
-        None => cluster.ensure_namespace(namespace).await.map_err(|e| {
-            kubernetes(format!(
-                "creating namespace {namespace}: {}",
-                api_message(&e)
-            ))
-        }),
+        None => cluster
+            .ensure_namespace(namespace)
+            .await
+            .map_err(|e| kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))),
         Some(labels) if owned_by_agent(cluster, &labels) => Ok(()),
         Some(_) => Err(kubernetes(format!(
             "refused: namespace {namespace} exists and is not labelled {}={}",
@@ -101,18 +84,8 @@ fn owned_by_agent(cluster: &Cluster, labels: &std::collections::BTreeMap<String,
 }
 
 async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Result<(), String> {
-    let namespace = inventory
-        .inventory
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_default();
-    let name = inventory
-        .inventory
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_default();
+    let namespace = inventory.inventory.metadata.namespace.clone().unwrap_or_default();
+    let name = inventory.inventory.metadata.name.clone().unwrap_or_default();
     let old = cluster
         .inventory_members(&namespace, &name)
         .await
@@ -120,9 +93,7 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
     let new = inventory.member_refs();
     let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 
-    cluster
-        .apply_object(&with_members(&inventory.inventory, &union), &namespace)
-        .await?;
+    cluster.apply_object(&with_members(&inventory.inventory, &union), &namespace).await?;
     for (_, member) in &inventory.members {
         cluster.apply_object(member, &namespace).await?;
     }
@@ -132,9 +103,7 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
         }
     }
     if union != new {
-        cluster
-            .apply_object(&with_members(&inventory.inventory, &new), &namespace)
-            .await?;
+        cluster.apply_object(&with_members(&inventory.inventory, &new), &namespace).await?;
     }
     Ok(())
 }
@@ -142,10 +111,8 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
 /// The inventory object with its data replaced by one empty-valued key per member.
 fn with_members(inventory: &DynamicObject, members: &BTreeSet<MemberRef>) -> DynamicObject {
     let mut object = inventory.clone();
-    let data: serde_json::Map<String, serde_json::Value> = members
-        .iter()
-        .map(|m| (m.key(), serde_json::Value::String(String::new())))
-        .collect();
+    let data: serde_json::Map<String, serde_json::Value> =
+        members.iter().map(|m| (m.key(), serde_json::Value::String(String::new()))).collect();
     if let Some(fields) = object.data.as_object_mut() {
         fields.insert("data".into(), serde_json::Value::Object(data));
     } else {
@@ -163,9 +130,7 @@ pub async fn terminate_workspace(
     let kubernetes = |message: String| (ErrorType::Kubernetes, message);
     let namespace = &key.namespace;
     if policy.protected_namespace(namespace) {
-        return Err(kubernetes(format!(
-            "refused to delete namespace {namespace}: it is protected"
-        )));
+        return Err(kubernetes(format!("refused to delete namespace {namespace}: it is protected")));
     }
     let labels = cluster
         .namespace_labels(namespace)
@@ -173,14 +138,10 @@ pub async fn terminate_workspace(
         .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
     match labels {
         None => Ok(()),
-        Some(labels) if owned_by_agent(cluster, &labels) => {
-            cluster.delete_namespace(namespace).await.map_err(|e| {
-                kubernetes(format!(
-                    "deleting namespace {namespace}: {}",
-                    api_message(&e)
-                ))
-            })
-        }
+        Some(labels) if owned_by_agent(cluster, &labels) => cluster
+            .delete_namespace(namespace)
+            .await
+            .map_err(|e| kubernetes(format!("deleting namespace {namespace}: {}", api_message(&e)))),
         Some(_) => Err(kubernetes(format!(
             "refused to delete namespace {namespace}: it is not labelled {}={}",
             cluster.config().workspace_label_key,

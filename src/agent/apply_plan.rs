@@ -13,14 +13,8 @@ pub const INVENTORY_ID_LABEL: &str = "cli-utils.sigs.k8s.io/inventory-id";
 pub const OWNING_INVENTORY_ANNOTATION: &str = "config.k8s.io/owning-inventory";
 
 /// The kinds a workspace needs, as `Kind` for the core group or `group/Kind`.
-pub const DEFAULT_ALLOWED_KINDS: &[&str] = &[
-    "ConfigMap",
-    "Secret",
-    "Service",
-    "PersistentVolumeClaim",
-    "ServiceAccount",
-    "apps/Deployment",
-];
+pub const DEFAULT_ALLOWED_KINDS: &[&str] =
+    &["ConfigMap", "Secret", "Service", "PersistentVolumeClaim", "ServiceAccount", "apps/Deployment"];
 
 /// Groups that are never applied, whatever the allow-list says.
 const NEVER_ALLOWED_GROUPS: &[&str] = &["rbac.authorization.k8s.io"];
@@ -37,17 +31,13 @@ pub struct MemberRef {
 
 impl MemberRef {
     pub fn key(&self) -> String {
-        format!(
-            "{}_{}_{}_{}",
-            self.namespace, self.name, self.group, self.kind
-        )
+        format!("{}_{}_{}_{}", self.namespace, self.name, self.group, self.kind)
     }
 
     /// Names, namespaces, groups and kinds never contain `_`, so the key splits cleanly.
     pub fn parse(key: &str) -> Option<Self> {
         let mut parts = key.splitn(4, '_');
-        let (namespace, name, group, kind) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let (namespace, name, group, kind) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         (!name.is_empty() && !kind.is_empty() && !kind.contains('_')).then(|| Self {
             namespace: namespace.into(),
             name: name.into(),
@@ -59,11 +49,7 @@ impl MemberRef {
 
 impl fmt::Display for MemberRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let group = if self.group.is_empty() {
-            String::new()
-        } else {
-            format!(".{}", self.group)
-        };
+        let group = if self.group.is_empty() { String::new() } else { format!(".{}", self.group) };
         write!(f, "{}{group} {}/{}", self.kind, self.namespace, self.name)
     }
 }
@@ -75,10 +61,7 @@ pub struct ApplyPolicy {
 }
 
 impl ApplyPolicy {
-    pub fn new(
-        allowed_kinds: impl IntoIterator<Item = impl Into<String>>,
-        agent_namespace: impl Into<String>,
-    ) -> Self {
+    pub fn new(allowed_kinds: impl IntoIterator<Item = impl Into<String>>, agent_namespace: impl Into<String>) -> Self {
         Self {
             allowed_kinds: allowed_kinds.into_iter().map(Into::into).collect(),
             agent_namespace: agent_namespace.into(),
@@ -86,19 +69,13 @@ impl ApplyPolicy {
     }
 
     fn allows(&self, group: &str, kind: &str) -> bool {
-        let name = if group.is_empty() {
-            kind.to_string()
-        } else {
-            format!("{group}/{kind}")
-        };
+        let name = if group.is_empty() { kind.to_string() } else { format!("{group}/{kind}") };
         !NEVER_ALLOWED_GROUPS.contains(&group) && self.allowed_kinds.contains(&name)
     }
 
     /// Namespaces the agent never writes to or deletes, whatever the control plane says.
     pub fn protected_namespace(&self, namespace: &str) -> bool {
-        namespace.starts_with("kube-")
-            || namespace == "default"
-            || namespace == self.agent_namespace
+        namespace.starts_with("kube-") || namespace == "default" || namespace == self.agent_namespace
     }
 
     pub fn allowed_kinds(&self) -> Vec<&str> {
@@ -121,13 +98,8 @@ impl InventoryApply {
 }
 
 fn describe(gvk: &GroupVersionKind, namespace: &str, name: &str) -> String {
-    MemberRef {
-        namespace: namespace.into(),
-        name: name.into(),
-        group: gvk.group.clone(),
-        kind: gvk.kind.clone(),
-    }
-    .to_string()
+    MemberRef { namespace: namespace.into(), name: name.into(), group: gvk.group.clone(), kind: gvk.kind.clone() }
+        .to_string()
 }
 
 /// Check a whole stream against the policy and group it into inventories. Any refusal refuses
@@ -139,17 +111,12 @@ pub fn plan(
     namespaced: impl Fn(&GroupVersionKind) -> bool,
 ) -> Result<Vec<InventoryApply>, String> {
     if policy.protected_namespace(namespace) {
-        return Err(format!(
-            "refused: the workspace namespace {namespace:?} is protected"
-        ));
+        return Err(format!("refused: the workspace namespace {namespace:?} is protected"));
     }
     let mut inventories: BTreeMap<String, InventoryApply> = BTreeMap::new();
     let mut members = Vec::new();
     for mut object in objects {
-        let types = object
-            .types
-            .clone()
-            .ok_or("an object without apiVersion/kind")?;
+        let types = object.types.clone().ok_or("an object without apiVersion/kind")?;
         let gvk = GroupVersionKind::try_from(&types).map_err(|e| e.to_string())?;
         let name = object.name_any();
         let object_namespace = object.namespace().unwrap_or_else(|| namespace.to_string());
@@ -164,14 +131,10 @@ pub fn plan(
             ));
         }
         if !namespaced(&gvk) {
-            return Err(format!(
-                "refused {what}: cluster-scoped objects are never applied"
-            ));
+            return Err(format!("refused {what}: cluster-scoped objects are never applied"));
         }
         if object_namespace != namespace {
-            return Err(format!(
-                "refused {what}: outside the workspace's namespace {namespace}"
-            ));
+            return Err(format!("refused {what}: outside the workspace's namespace {namespace}"));
         }
         object.metadata.namespace = Some(object_namespace.clone());
         let inventory_id = (gvk.group.is_empty() && gvk.kind == "ConfigMap")
@@ -179,11 +142,7 @@ pub fn plan(
             .flatten();
         match inventory_id {
             Some(id) => {
-                let inventory = InventoryApply {
-                    id: id.clone(),
-                    inventory: object,
-                    members: Vec::new(),
-                };
+                let inventory = InventoryApply { id: id.clone(), inventory: object, members: Vec::new() };
                 if inventories.insert(id.clone(), inventory).is_some() {
                     return Err(format!("refused {what}: inventory id {id:?} appears twice"));
                 }
@@ -192,21 +151,16 @@ pub fn plan(
                 let owner = object.annotations().get(OWNING_INVENTORY_ANNOTATION).cloned().ok_or_else(|| {
                     format!("refused {what}: no {OWNING_INVENTORY_ANNOTATION} annotation, so it could never be pruned")
                 })?;
-                let member = MemberRef {
-                    namespace: object_namespace,
-                    name,
-                    group: gvk.group,
-                    kind: gvk.kind,
-                };
+                let member = MemberRef { namespace: object_namespace, name, group: gvk.group, kind: gvk.kind };
                 members.push((owner, member, object));
             }
         }
     }
     for (owner, member, object) in members {
         let what = member.to_string();
-        let inventory = inventories.get_mut(&owner).ok_or_else(|| {
-            format!("refused {what}: its owning inventory {owner:?} is not in the config")
-        })?;
+        let inventory = inventories
+            .get_mut(&owner)
+            .ok_or_else(|| format!("refused {what}: its owning inventory {owner:?} is not in the config"))?;
         inventory.members.push((member, object));
     }
     Ok(inventories.into_values().collect())

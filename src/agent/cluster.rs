@@ -10,8 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference};
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
-    Preconditions,
+    Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
@@ -52,9 +51,7 @@ impl Cluster {
     pub fn new(client: Client, config: ClusterConfig) -> Self {
         let reporter = Reporter {
             controller: config.field_manager.clone(),
-            instance: std::env::var("POD_NAME")
-                .ok()
-                .or_else(|| Some(config.agent_id.clone())),
+            instance: std::env::var("POD_NAME").ok().or_else(|| Some(config.agent_id.clone())),
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
@@ -75,10 +72,7 @@ impl Cluster {
 
     /// `<label key>=<agent id>`: what marks a Deployment as one of this agent's workspaces.
     pub fn workspace_selector(&self) -> String {
-        format!(
-            "{}={}",
-            self.config.workspace_label_key, self.config.agent_id
-        )
+        format!("{}={}", self.config.workspace_label_key, self.config.agent_id)
     }
 
     pub fn ledger_api(&self) -> Api<WorkspaceSyncStatus> {
@@ -87,11 +81,7 @@ impl Cluster {
 
     /// Fail clearly when the CRD is missing, rather than retrying forever.
     pub async fn check_crd(&self) -> Result<()> {
-        match self
-            .ledger_api()
-            .list(&ListParams::default().limit(1))
-            .await
-        {
+        match self.ledger_api().list(&ListParams::default().limit(1)).await {
             Ok(_) => Ok(()),
             Err(e) if is_status(&e, 404) => Err(Error::CrdMissing),
             Err(e) => Err(e.into()),
@@ -105,14 +95,8 @@ impl Cluster {
             return Ok((existing, false));
         }
         let object = WorkspaceSyncStatus {
-            metadata: ObjectMeta {
-                name: Some(self.config.agent_id.clone()),
-                ..Default::default()
-            },
-            spec: WorkspaceSyncStatusSpec {
-                agent_id: self.config.agent_id.clone(),
-                paused: false,
-            },
+            metadata: ObjectMeta { name: Some(self.config.agent_id.clone()), ..Default::default() },
+            spec: WorkspaceSyncStatusSpec { agent_id: self.config.agent_id.clone(), paused: false },
             status: None,
         };
         match api.create(&PostParams::default(), &object).await {
@@ -131,26 +115,18 @@ impl Cluster {
             "status": status,
         });
         let params = PatchParams::apply(&self.config.field_manager).force();
-        self.ledger_api()
-            .patch_status(&self.config.agent_id, &params, &Patch::Apply(&patch))
-            .await?;
+        self.ledger_api().patch_status(&self.config.agent_id, &params, &Patch::Apply(&patch)).await?;
         Ok(())
     }
 
     /// One paged LIST of this agent's Deployments, projected.
     pub async fn list_workspaces(&self) -> Result<Vec<DeploymentProjection>> {
         let api: Api<Deployment> = Api::all(self.client.clone());
-        let mut params = ListParams::default()
-            .labels(&self.workspace_selector())
-            .limit(LIST_PAGE_SIZE);
+        let mut params = ListParams::default().labels(&self.workspace_selector()).limit(LIST_PAGE_SIZE);
         let mut projected = Vec::new();
         loop {
             let page = api.list(&params).await?;
-            projected.extend(
-                page.items
-                    .into_iter()
-                    .filter_map(DeploymentProjection::from_deployment),
-            );
+            projected.extend(page.items.into_iter().filter_map(DeploymentProjection::from_deployment));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(projected),
@@ -187,9 +163,7 @@ impl Cluster {
                     false
                 }
                 watcher::Event::InitApply(d) => {
-                    if let (Some(list), Some(p)) =
-                        (relisted.as_mut(), DeploymentProjection::from_deployment(d))
-                    {
+                    if let (Some(list), Some(p)) = (relisted.as_mut(), DeploymentProjection::from_deployment(d)) {
                         list.push(p);
                     }
                     false
@@ -213,10 +187,7 @@ impl Cluster {
         let object = Namespace {
             metadata: ObjectMeta {
                 name: Some(namespace.to_string()),
-                labels: Some(BTreeMap::from([(
-                    self.config.workspace_label_key.clone(),
-                    self.config.agent_id.clone(),
-                )])),
+                labels: Some(BTreeMap::from([(self.config.workspace_label_key.clone(), self.config.agent_id.clone())])),
                 ..Default::default()
             },
             ..Default::default()
@@ -243,93 +214,46 @@ impl Cluster {
     }
 
     /// A namespace's labels, or None when it does not exist.
-    pub async fn namespace_labels(
-        &self,
-        namespace: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
+    pub async fn namespace_labels(&self, namespace: &str) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        Ok(api
-            .get_opt(namespace)
-            .await?
-            .map(|ns| ns.metadata.labels.unwrap_or_default()))
+        Ok(api.get_opt(namespace).await?.map(|ns| ns.metadata.labels.unwrap_or_default()))
     }
 
     /// The members an inventory ConfigMap lists now; none when it does not exist yet.
-    pub async fn inventory_members(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<BTreeSet<MemberRef>, kube::Error> {
+    pub async fn inventory_members(&self, namespace: &str, name: &str) -> Result<BTreeSet<MemberRef>, kube::Error> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        let data = api
-            .get_opt(name)
-            .await?
-            .and_then(|cm| cm.data)
-            .unwrap_or_default();
-        Ok(data
-            .keys()
-            .filter_map(|key| MemberRef::parse(key))
-            .collect())
+        let data = api.get_opt(name).await?.and_then(|cm| cm.data).unwrap_or_default();
+        Ok(data.keys().filter_map(|key| MemberRef::parse(key)).collect())
     }
 
-    async fn resolve_kind(
-        &self,
-        group: &str,
-        kind: &str,
-    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
+    async fn resolve_kind(&self, group: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
         let cache_key = (group.to_string(), kind.to_string());
-        if let Some(hit) = self
-            .kinds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&cache_key)
-        {
+        if let Some(hit) = self.kinds.lock().unwrap_or_else(|p| p.into_inner()).get(&cache_key) {
             return Ok(hit.clone());
         }
         let api_group = kube::discovery::group(&self.client, group).await?;
         let resolved = api_group.recommended_kind(kind).ok_or_else(|| {
-            kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(format!(
-                "{group}/{kind}"
-            )))
+            kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(format!("{group}/{kind}")))
         })?;
-        self.kinds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(cache_key, resolved.clone());
+        self.kinds.lock().unwrap_or_else(|p| p.into_inner()).insert(cache_key, resolved.clone());
         Ok(resolved)
     }
 
     /// Delete a pruned member, but only if it still names `inventory_id` as its owner: an
     /// object of another inventory, or one no inventory owns, is never touched.
-    pub async fn prune_member(
-        &self,
-        member: &MemberRef,
-        inventory_id: &str,
-    ) -> Result<bool, String> {
+    pub async fn prune_member(&self, member: &MemberRef, inventory_id: &str) -> Result<bool, String> {
         let describe = |e: kube::Error| format!("pruning {member}: {}", api_message(&e));
-        let (resource, _) = self
-            .resolve_kind(&member.group, &member.kind)
-            .await
-            .map_err(describe)?;
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
+        let (resource, _) = self.resolve_kind(&member.group, &member.kind).await.map_err(describe)?;
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
         let Some(object) = api.get_opt(&member.name).await.map_err(describe)? else {
             return Ok(false);
         };
-        if object
-            .annotations()
-            .get(OWNING_INVENTORY_ANNOTATION)
-            .map(String::as_str)
-            != Some(inventory_id)
-        {
+        if object.annotations().get(OWNING_INVENTORY_ANNOTATION).map(String::as_str) != Some(inventory_id) {
             tracing::info!(object = %member, inventory = inventory_id, "not pruning an object this inventory does not own");
             return Ok(false);
         }
         let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: object.uid(),
-                resource_version: None,
-            }),
+            preconditions: Some(Preconditions { uid: object.uid(), resource_version: None }),
             ..DeleteParams::background()
         };
         match api.delete(&member.name, &params).await {
@@ -340,20 +264,30 @@ impl Cluster {
     }
 
     /// Emit a Warning Event; failures to emit are logged, never fatal.
+    /// The workspace's namespace goes in as the related object: kube's recorder merges events
+    /// with the same regarding, related and reason into one series, and failures of different
+    /// workspaces on the WorkspaceSyncStatus must stay apart.
     pub async fn warn_event(
         &self,
         regarding: &ObjectReference,
+        workspace: &WorkspaceKey,
         reason: &str,
         action: &str,
         note: &str,
     ) {
         let note = super::errors::cap_message_to(note, MAX_EVENT_NOTE_BYTES);
+        let related = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(workspace.namespace.clone()),
+            ..Default::default()
+        };
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
             note: Some(note),
             action: action.into(),
-            secondary: None,
+            secondary: Some(related),
         };
         if let Err(error) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %api_message(&error), reason, "could not emit an Event");
@@ -386,48 +320,26 @@ impl Cluster {
     }
 
     /// Resolve a kind through the discovery cache, asking the apiserver only on a miss.
-    pub async fn resolve(
-        &self,
-        gvk: &GroupVersionKind,
-    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
-        if let Some(hit) = self
-            .discovery
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(gvk)
-        {
+    pub async fn resolve(&self, gvk: &GroupVersionKind) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
+        if let Some(hit) = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).get(gvk) {
             return Ok(hit.clone());
         }
         let resolved = kube::discovery::pinned_kind(&self.client, gvk).await?;
-        self.discovery
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(gvk.clone(), resolved.clone());
+        self.discovery.lock().unwrap_or_else(|p| p.into_inner()).insert(gvk.clone(), resolved.clone());
         Ok(resolved)
     }
 
     /// Server-side apply one object with force, under the agent's field manager.
-    pub async fn apply_object(
-        &self,
-        object: &DynamicObject,
-        default_namespace: &str,
-    ) -> Result<(), String> {
-        let types = object
-            .types
-            .as_ref()
-            .ok_or("object without apiVersion/kind")?;
+    pub async fn apply_object(&self, object: &DynamicObject, default_namespace: &str) -> Result<(), String> {
+        let types = object.types.as_ref().ok_or("object without apiVersion/kind")?;
         let gvk = GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
         let name = object.name_any();
         let describe = || format!("{} {}", types.kind, name);
-        let (resource, capabilities) = self
-            .resolve(&gvk)
-            .await
-            .map_err(|e| format!("{}: unknown kind: {}", describe(), api_message(&e)))?;
+        let (resource, capabilities) =
+            self.resolve(&gvk).await.map_err(|e| format!("{}: unknown kind: {}", describe(), api_message(&e)))?;
         let api: Api<DynamicObject> = match capabilities.scope {
             Scope::Namespaced => {
-                let namespace = object
-                    .namespace()
-                    .unwrap_or_else(|| default_namespace.to_string());
+                let namespace = object.namespace().unwrap_or_else(|| default_namespace.to_string());
                 Api::namespaced_with(self.client.clone(), &namespace, &resource)
             }
             Scope::Cluster => Api::all_with(self.client.clone(), &resource),

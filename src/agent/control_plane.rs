@@ -75,28 +75,22 @@ impl std::fmt::Debug for ControlPlaneClient {
 impl ControlPlaneClient {
     pub fn new(config: &ControlPlaneConfig) -> Result<Self, crate::Error> {
         let join = |path: &str| {
-            config
-                .base_url
-                .join(path)
-                .map_err(|e| crate::Error::Config(format!("control-plane URL + {path}: {e}")))
+            config.base_url.join(path).map_err(|e| crate::Error::Config(format!("control-plane URL + {path}: {e}")))
         };
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
             .user_agent(concat!("wsync-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(ca_file) = &config.ca_file {
-            let pem = std::fs::read(ca_file).map_err(|e| {
-                crate::Error::Config(format!("cannot read CA bundle {}: {e}", ca_file.display()))
-            })?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                crate::Error::Config(format!("invalid CA bundle {}: {e}", ca_file.display()))
-            })? {
+            let pem = std::fs::read(ca_file)
+                .map_err(|e| crate::Error::Config(format!("cannot read CA bundle {}: {e}", ca_file.display())))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| crate::Error::Config(format!("invalid CA bundle {}: {e}", ca_file.display())))?
+            {
                 builder = builder.add_root_certificate(cert);
             }
         }
-        let http = builder
-            .build()
-            .map_err(|e| crate::Error::Config(format!("HTTP client: {e}")))?;
+        let http = builder.build().map_err(|e| crate::Error::Config(format!("HTTP client: {e}")))?;
         Ok(Self {
             http,
             reconcile_url: join(&config.reconcile_path)?,
@@ -109,30 +103,20 @@ impl ControlPlaneClient {
 
     /// The token, re-read only when the file's modification time or size changed.
     fn token(&self) -> Result<String, ControlPlaneError> {
-        let unreadable = |reason: String| ControlPlaneError::Token {
-            path: self.token_file.display().to_string(),
-            reason,
-        };
+        let unreadable =
+            |reason: String| ControlPlaneError::Token { path: self.token_file.display().to_string(), reason };
         let meta = std::fs::metadata(&self.token_file).map_err(|e| unreadable(e.to_string()))?;
-        let stamp = (
-            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            meta.len(),
-        );
+        let stamp = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
         let mut cached = self.token.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cached.as_ref().filter(|c| c.stamp == stamp) {
             return Ok(c.token.clone());
         }
-        let token = std::fs::read_to_string(&self.token_file)
-            .map_err(|e| unreadable(e.to_string()))?
-            .trim()
-            .to_string();
+        let token =
+            std::fs::read_to_string(&self.token_file).map_err(|e| unreadable(e.to_string()))?.trim().to_string();
         if token.is_empty() {
             return Err(unreadable("the file is empty".into()));
         }
-        *cached = Some(CachedToken {
-            stamp,
-            token: token.clone(),
-        });
+        *cached = Some(CachedToken { stamp, token: token.clone() });
         Ok(token)
     }
 
@@ -148,10 +132,7 @@ impl ControlPlaneClient {
     }
 
     /// POST the reconcile request. Only a 201 with a parsable body is success.
-    pub async fn reconcile(
-        &self,
-        request: &ReconcileRequest,
-    ) -> Result<ReconcileResponse, ControlPlaneError> {
+    pub async fn reconcile(&self, request: &ReconcileRequest) -> Result<ReconcileResponse, ControlPlaneError> {
         let token = self.token()?;
         let response = self
             .http
@@ -161,12 +142,8 @@ impl ControlPlaneClient {
             .send()
             .await
             .map_err(|e| self.classify(e))?;
-        let body = self
-            .read_body(
-                response,
-                StatusCode::from_u16(RECONCILE_SUCCESS).unwrap_or(StatusCode::CREATED),
-            )
-            .await?;
+        let body =
+            self.read_body(response, StatusCode::from_u16(RECONCILE_SUCCESS).unwrap_or(StatusCode::CREATED)).await?;
         serde_json::from_slice(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
     }
 
@@ -184,18 +161,11 @@ impl ControlPlaneClient {
         serde_json::from_slice(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
     }
 
-    async fn read_body(
-        &self,
-        response: reqwest::Response,
-        success: StatusCode,
-    ) -> Result<Vec<u8>, ControlPlaneError> {
+    async fn read_body(&self, response: reqwest::Response, success: StatusCode) -> Result<Vec<u8>, ControlPlaneError> {
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.classify(e))?;
         if status != success {
-            return Err(ControlPlaneError::Status {
-                status: status.as_u16(),
-                body: excerpt(&body),
-            });
+            return Err(ControlPlaneError::Status { status: status.as_u16(), body: excerpt(&body) });
         }
         Ok(body.to_vec())
     }

@@ -76,11 +76,7 @@ impl Context {
             index,
             apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             config,
-            state: Mutex::new(SyncState {
-                ledger,
-                full_done: false,
-                consecutive_failures: 0,
-            }),
+            state: Mutex::new(SyncState { ledger, full_done: false, consecutive_failures: 0 }),
             written: tokio::sync::Mutex::new(written),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
@@ -100,10 +96,7 @@ impl Context {
     async fn persist(&self) -> Result<()> {
         let mut written = self.written.lock().await;
         let workspaces = self.index.lock().len();
-        let status = self
-            .state()
-            .ledger
-            .to_status(workspaces, written.as_ref(), Timestamp::now());
+        let status = self.state().ledger.to_status(workspaces, written.as_ref(), Timestamp::now());
         if written.as_ref() == Some(&status) {
             return Ok(());
         }
@@ -141,16 +134,10 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
     let resync_request = wss.resync_request().map(str::to_string);
     let update_type = {
         let state = ctx.state();
-        state.ledger.cycle_due(
-            Timestamp::now(),
-            !state.full_done,
-            resync_request.as_deref(),
-        )
+        state.ledger.cycle_due(Timestamp::now(), !state.full_done, resync_request.as_deref())
     };
     let span = tracing::info_span!("sync_cycle", cycle = cycle_id, update_type = %update_type);
-    let result = run_cycle(&wss, &ctx, update_type, resync_request.as_deref())
-        .instrument(span.clone())
-        .await;
+    let result = run_cycle(&wss, &ctx, update_type, resync_request.as_deref()).instrument(span.clone()).await;
     let _entered = span.enter();
     match result {
         Ok(requeue) => {
@@ -207,9 +194,7 @@ async fn run_cycle(
             let index = ctx.index.lock();
             cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response);
         }
-        state
-            .ledger
-            .cycle_succeeded(update_type, Timestamp::now(), resync_request);
+        state.ledger.cycle_succeeded(update_type, Timestamp::now(), resync_request);
         state.full_done |= update_type == UpdateType::Full;
         settled
     };
@@ -220,10 +205,7 @@ async fn run_cycle(
         }
     }
     if let Some(reason) = &settled.rejected_settings {
-        tracing::warn!(
-            reason,
-            "ignoring invalid settings from the control plane; keeping the last good ones"
-        );
+        tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }
     let returned = response.workspace_rails_infos.len();
     let actions = settled.actions.len();
@@ -263,15 +245,8 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
             return;
         };
         match action {
-            WorkspaceAction::Apply {
-                key,
-                config,
-                version,
-                ..
-            } => {
-                let result =
-                    applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config)
-                        .await;
+            WorkspaceAction::Apply { key, config, version, .. } => {
+                let result = applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config).await;
                 record_result(&ctx2, &key, version, result).await;
             }
             WorkspaceAction::Terminate { key } => {
@@ -279,33 +254,18 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
                     applier::terminate_workspace(&ctx2.cluster, &ctx2.config.policy, &key).await
                 {
                     tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
-                    ctx2.state().ledger.errors.fail_now(
-                        &key,
-                        error_type,
-                        &message,
-                        Timestamp::now(),
-                    );
+                    ctx2.state().ledger.errors.fail_now(&key, error_type, &message, Timestamp::now());
                     persist_logged(&ctx2).await;
-                    emit_failure_event(&ctx2, &key, "TerminationFailed", "Terminate", &message)
-                        .await;
+                    emit_failure_event(&ctx2, &key, "TerminationFailed", "Terminate", &message).await;
                 }
             }
         }
     };
-    ctx.applies
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .spawn(task.in_current_span());
+    ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
 }
 
 /// An Event on the workspace's Deployment when it exists, else on the WorkspaceSyncStatus.
-async fn emit_failure_event(
-    ctx: &Context,
-    key: &WorkspaceKey,
-    reason: &str,
-    action: &str,
-    message: &str,
-) {
+async fn emit_failure_event(ctx: &Context, key: &WorkspaceKey, reason: &str, action: &str, message: &str) {
     let on_deployment = ctx.index.lock().contains(key);
     let regarding = match on_deployment {
         true => ctx.cluster.deployment_reference(key).await,
@@ -316,26 +276,15 @@ async fn emit_failure_event(
         None => format!("workspace {key}: {message}"),
     };
     let regarding = regarding.unwrap_or_else(|| ctx.cluster.ledger_reference());
-    ctx.cluster
-        .warn_event(&regarding, reason, action, &note)
-        .await;
+    ctx.cluster.warn_event(&regarding, key, reason, action, &note).await;
 }
 
-async fn record_result(
-    ctx: &Arc<Context>,
-    key: &WorkspaceKey,
-    version: ApplyVersion,
-    result: Result<(), ApplyError>,
-) {
+async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVersion, result: Result<(), ApplyError>) {
     let failure = result.as_ref().err().map(|(_, message)| message.clone());
     if let Some(message) = &failure {
         tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
     }
-    let recorded = ctx
-        .state()
-        .ledger
-        .errors
-        .record(key, version, result, Timestamp::now());
+    let recorded = ctx.state().ledger.errors.record(key, version, result, Timestamp::now());
     match recorded {
         // Written at once, so that a kill -9 right after loses nothing.
         Recorded::Failed => {
@@ -358,10 +307,7 @@ async fn persist_logged(ctx: &Context) {
 /// Back off exponentially after failures, capped at the partial interval.
 pub fn error_policy(_wss: Arc<WorkspaceSyncStatus>, _error: &Error, ctx: Arc<Context>) -> Action {
     let state = ctx.state();
-    Action::requeue(backoff(
-        state.consecutive_failures,
-        state.ledger.partial_interval(),
-    ))
+    Action::requeue(backoff(state.consecutive_failures, state.ledger.partial_interval()))
 }
 
 pub fn backoff(consecutive_failures: u32, cap: Duration) -> Duration {
@@ -370,38 +316,26 @@ pub fn backoff(consecutive_failures: u32, cap: Duration) -> Duration {
 }
 
 /// Run the Controller until `shutdown` resolves.
-pub async fn run(
-    ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let config = ctx.cluster.config().clone();
     let api = ctx.cluster.ledger_api();
     let (reader, writer) = reflector::store();
     let recreate = ctx.clone();
     // Only spec and annotation changes (and a recreated object) start a cycle: the agent's
     // own status writes must not.
-    let ledger_events = watcher(
-        api,
-        watcher::Config::default().fields(&format!("metadata.name={}", config.agent_id)),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(_)) = event {
-            let ctx = recreate.clone();
-            tokio::spawn(async move { recreate_ledger_object(&ctx).await });
-        }
-    })
-    .applied_objects()
-    .predicate_filter(
-        predicates::generation
-            .combine(predicates::annotations)
-            .combine(uid),
-        Default::default(),
-    );
+    let ledger_events = watcher(api, watcher::Config::default().fields(&format!("metadata.name={}", config.agent_id)))
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(_)) = event {
+                let ctx = recreate.clone();
+                tokio::spawn(async move { recreate_ledger_object(&ctx).await });
+            }
+        })
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(predicates::annotations).combine(uid), Default::default());
 
-    let changes =
-        tokio_stream::wrappers::WatchStream::from_changes(ctx.index.subscribe()).map(|_| ());
+    let changes = tokio_stream::wrappers::WatchStream::from_changes(ctx.index.subscribe()).map(|_| ());
 
     Controller::for_stream(ledger_events, reader)
         .reconcile_all_on(changes)

@@ -7,8 +7,8 @@ use super::errors::ApplyVersion;
 use super::ledger::Ledger;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
-    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse,
-    TerminationProgress, UpdateType, WorkspaceAgentInfo,
+    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress,
+    UpdateType, WorkspaceAgentInfo,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -34,18 +34,15 @@ pub fn plan(
         infos: &'a mut BTreeMap<WorkspaceKey, WorkspaceAgentInfo>,
         key: &WorkspaceKey,
     ) -> &'a mut WorkspaceAgentInfo {
-        infos
-            .entry(key.clone())
-            .or_insert_with(|| WorkspaceAgentInfo {
-                name: key.name.clone(),
-                namespace: key.namespace.clone(),
-                ..Default::default()
-            })
+        infos.entry(key.clone()).or_insert_with(|| WorkspaceAgentInfo {
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
+            ..Default::default()
+        })
     }
     for (key, deployment) in dirty {
         if ledger.acknowledged.get(key).map(String::as_str) != Some(deployment.resource_version()) {
-            entry(&mut infos, key).latest_k8s_deployment_info =
-                Some(serde_json::to_value(deployment.as_ref())?);
+            entry(&mut infos, key).latest_k8s_deployment_info = Some(serde_json::to_value(deployment.as_ref())?);
         }
     }
     for key in ledger.terminations.keys() {
@@ -58,17 +55,12 @@ pub fn plan(
     }
     let mut sent_errors = Vec::new();
     for (key, version, failure) in ledger.errors.pending() {
-        entry(&mut infos, key).error_details = Some(ErrorDetails {
-            error_type: failure.error_type,
-            error_message: failure.message.clone(),
-        });
+        entry(&mut infos, key).error_details =
+            Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
         sent_errors.push((key.clone(), version));
     }
     Ok(CyclePlan {
-        request: ReconcileRequest {
-            update_type,
-            workspace_agent_infos: infos.into_values().collect(),
-        },
+        request: ReconcileRequest { update_type, workspace_agent_infos: infos.into_values().collect() },
         sent_errors,
     })
 }
@@ -76,15 +68,8 @@ pub fn plan(
 /// Work for the cluster, decided from one returned info.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceAction {
-    Apply {
-        key: WorkspaceKey,
-        config: String,
-        image_pull_secrets: Vec<ImagePullSecret>,
-        version: ApplyVersion,
-    },
-    Terminate {
-        key: WorkspaceKey,
-    },
+    Apply { key: WorkspaceKey, config: String, image_pull_secrets: Vec<ImagePullSecret>, version: ApplyVersion },
+    Terminate { key: WorkspaceKey },
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,12 +84,7 @@ pub struct Settled {
 
 /// Apply the control plane's answer to the ledger, and decide the work it asks for.
 /// A paused agent records acknowledgements but applies and deletes nothing.
-pub fn settle(
-    ledger: &mut Ledger,
-    plan: &CyclePlan,
-    response: &ReconcileResponse,
-    paused: bool,
-) -> Settled {
+pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &ReconcileResponse, paused: bool) -> Settled {
     let mut settled = Settled::default();
     if let Some(settings) = response.settings {
         match settings.validate() {
@@ -126,10 +106,7 @@ pub fn settle(
                 ledger.forget(&key);
                 settled.forgotten.push(key);
             } else {
-                ledger
-                    .terminations
-                    .entry(key.clone())
-                    .or_insert(TerminationProgress::Terminating);
+                ledger.terminations.entry(key.clone()).or_insert(TerminationProgress::Terminating);
                 if !paused {
                     settled.actions.push(WorkspaceAction::Terminate { key });
                 }
@@ -149,16 +126,9 @@ pub fn settle(
 
 /// After a full cycle: drop ledger entries for workspaces that neither the cluster nor the
 /// control plane still knows, so that the ledger never leaks.
-pub fn prune_unknown(
-    ledger: &mut Ledger,
-    in_cluster: impl Fn(&WorkspaceKey) -> bool,
-    response: &ReconcileResponse,
-) {
-    let returned: HashSet<WorkspaceKey> = response
-        .workspace_rails_infos
-        .iter()
-        .map(|i| WorkspaceKey::new(&i.namespace, &i.name))
-        .collect();
+pub fn prune_unknown(ledger: &mut Ledger, in_cluster: impl Fn(&WorkspaceKey) -> bool, response: &ReconcileResponse) {
+    let returned: HashSet<WorkspaceKey> =
+        response.workspace_rails_infos.iter().map(|i| WorkspaceKey::new(&i.namespace, &i.name)).collect();
     let known = |key: &WorkspaceKey| in_cluster(key) || returned.contains(key);
     ledger.errors.retain(known);
     ledger.acknowledged.retain(|key, _| known(key));

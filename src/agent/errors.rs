@@ -29,14 +29,10 @@ impl fmt::Display for ApplyVersion {
 impl std::str::FromStr for ApplyVersion {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (epoch, sequence) = s
-            .split_once('.')
-            .ok_or_else(|| format!("bad version {s:?}"))?;
+        let (epoch, sequence) = s.split_once('.').ok_or_else(|| format!("bad version {s:?}"))?;
         Ok(Self {
             epoch: epoch.parse().map_err(|_| format!("bad epoch in {s:?}"))?,
-            sequence: sequence
-                .parse()
-                .map_err(|_| format!("bad sequence in {s:?}"))?,
+            sequence: sequence.parse().map_err(|_| format!("bad sequence in {s:?}"))?,
         })
     }
 }
@@ -109,11 +105,7 @@ pub fn cap_message_to(message: &str, max_bytes: usize) -> String {
 
 impl ErrorTracker {
     pub fn new(epoch: u64) -> Self {
-        Self {
-            entries: HashMap::new(),
-            epoch,
-            next_sequence: 0,
-        }
+        Self { entries: HashMap::new(), epoch, next_sequence: 0 }
     }
 
     pub fn epoch(&self) -> u64 {
@@ -122,10 +114,7 @@ impl ErrorTracker {
 
     fn next_version(&mut self) -> ApplyVersion {
         self.next_sequence += 1;
-        ApplyVersion {
-            epoch: self.epoch,
-            sequence: self.next_sequence,
-        }
+        ApplyVersion { epoch: self.epoch, sequence: self.next_sequence }
     }
 
     /// Start an apply: the workspace is in flight under a new version until its result arrives.
@@ -136,13 +125,7 @@ impl ErrorTracker {
             Some(Tracked::InFlight { after_failure, .. }) => *after_failure,
             None => false,
         };
-        self.entries.insert(
-            key.clone(),
-            Tracked::InFlight {
-                version,
-                after_failure,
-            },
-        );
+        self.entries.insert(key.clone(), Tracked::InFlight { version, after_failure });
         version
     }
 
@@ -154,11 +137,7 @@ impl ErrorTracker {
         result: Result<(), (ErrorType, String)>,
         now: Timestamp,
     ) -> Recorded {
-        let Some(Tracked::InFlight {
-            version: current,
-            after_failure,
-        }) = self.entries.get(key)
-        else {
+        let Some(Tracked::InFlight { version: current, after_failure }) = self.entries.get(key) else {
             return Recorded::Stale;
         };
         if *current != version {
@@ -168,20 +147,11 @@ impl ErrorTracker {
         match result {
             Ok(()) => {
                 self.entries.remove(key);
-                if after_failure {
-                    Recorded::Recovered
-                } else {
-                    Recorded::Healthy
-                }
+                if after_failure { Recorded::Recovered } else { Recorded::Healthy }
             }
             Err((error_type, message)) => {
-                let failure = Failure {
-                    error_type,
-                    message: cap_message(&message),
-                    first_seen: now,
-                };
-                self.entries
-                    .insert(key.clone(), Tracked::Failed { version, failure });
+                let failure = Failure { error_type, message: cap_message(&message), first_seen: now };
+                self.entries.insert(key.clone(), Tracked::Failed { version, failure });
                 Recorded::Failed
             }
         }
@@ -189,21 +159,10 @@ impl ErrorTracker {
 
     /// Record a failure that no apply produced (namespace or termination trouble), under a new
     /// version that supersedes anything in flight.
-    pub fn fail_now(
-        &mut self,
-        key: &WorkspaceKey,
-        error_type: ErrorType,
-        message: &str,
-        now: Timestamp,
-    ) {
+    pub fn fail_now(&mut self, key: &WorkspaceKey, error_type: ErrorType, message: &str, now: Timestamp) {
         let version = self.next_version();
-        let failure = Failure {
-            error_type,
-            message: cap_message(message),
-            first_seen: now,
-        };
-        self.entries
-            .insert(key.clone(), Tracked::Failed { version, failure });
+        let failure = Failure { error_type, message: cap_message(message), first_seen: now };
+        self.entries.insert(key.clone(), Tracked::Failed { version, failure });
     }
 
     /// Pending failures, in a stable order: what a cycle sends as `error_details`.
@@ -221,19 +180,14 @@ impl ErrorTracker {
     }
 
     pub fn pending_count(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|t| matches!(t, Tracked::Failed { .. }))
-            .count()
+        self.entries.values().filter(|t| matches!(t, Tracked::Failed { .. })).count()
     }
 
     /// The control plane has seen the failure sent under `version`: clear it, unless a newer
     /// apply has replaced it since.
     pub fn acknowledge(&mut self, key: &WorkspaceKey, version: ApplyVersion) -> bool {
         match self.entries.get(key) {
-            Some(Tracked::Failed {
-                version: current, ..
-            }) if *current == version => {
+            Some(Tracked::Failed { version: current, .. }) if *current == version => {
                 self.entries.remove(key);
                 true
             }
@@ -257,8 +211,7 @@ impl ErrorTracker {
     /// Load a failure from the ledger. Restored versions keep their old epoch, so any new
     /// apply (under the new epoch) supersedes them.
     pub fn restore(&mut self, key: WorkspaceKey, version: ApplyVersion, failure: Failure) {
-        self.entries
-            .insert(key, Tracked::Failed { version, failure });
+        self.entries.insert(key, Tracked::Failed { version, failure });
     }
 
     #[cfg(test)]
@@ -293,20 +246,11 @@ mod tests {
     fn a_failure_is_pending_until_acknowledged_under_its_version() {
         let mut tracker = ErrorTracker::new(1);
         let v1 = tracker.begin(&key());
-        assert_eq!(
-            tracker.record(&key(), v1, fail("boom"), now()),
-            Recorded::Failed
-        );
+        assert_eq!(tracker.record(&key(), v1, fail("boom"), now()), Recorded::Failed);
         let pending = tracker.pending();
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].2.message, "boom");
-        assert!(!tracker.acknowledge(
-            &key(),
-            ApplyVersion {
-                epoch: 1,
-                sequence: 99
-            }
-        ));
+        assert!(!tracker.acknowledge(&key(), ApplyVersion { epoch: 1, sequence: 99 }));
         assert!(tracker.acknowledge(&key(), v1));
         assert!(tracker.pending().is_empty());
     }
@@ -317,10 +261,7 @@ mod tests {
         let v1 = tracker.begin(&key());
         let v2 = tracker.begin(&key());
         assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Healthy);
-        assert_eq!(
-            tracker.record(&key(), v1, fail("old"), now()),
-            Recorded::Stale
-        );
+        assert_eq!(tracker.record(&key(), v1, fail("old"), now()), Recorded::Stale);
         assert!(tracker.pending().is_empty());
     }
 
@@ -329,10 +270,7 @@ mod tests {
         let mut tracker = ErrorTracker::new(1);
         let v1 = tracker.begin(&key());
         let v2 = tracker.begin(&key());
-        assert_eq!(
-            tracker.record(&key(), v2, fail("new"), now()),
-            Recorded::Failed
-        );
+        assert_eq!(tracker.record(&key(), v2, fail("new"), now()), Recorded::Failed);
         assert_eq!(tracker.record(&key(), v1, Ok(()), now()), Recorded::Stale);
         assert_eq!(tracker.pending()[0].2.message, "new");
     }
@@ -354,14 +292,8 @@ mod tests {
         let v1 = tracker.begin(&key());
         tracker.record(&key(), v1, fail("boom"), now());
         let v2 = tracker.begin(&key());
-        assert!(
-            tracker.pending().is_empty(),
-            "the retry hides the old failure while in flight"
-        );
-        assert_eq!(
-            tracker.record(&key(), v2, Ok(()), now()),
-            Recorded::Recovered
-        );
+        assert!(tracker.pending().is_empty(), "the retry hides the old failure while in flight");
+        assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered);
     }
 
     #[test]
@@ -369,15 +301,7 @@ mod tests {
         let mut before = ErrorTracker::new(1);
         let old = before.begin(&key());
         let mut after = ErrorTracker::new(2);
-        after.restore(
-            key(),
-            old,
-            Failure {
-                error_type: ErrorType::Applier,
-                message: "x".into(),
-                first_seen: now(),
-            },
-        );
+        after.restore(key(), old, Failure { error_type: ErrorType::Applier, message: "x".into(), first_seen: now() });
         let new = after.begin(&key());
         assert!(new > old);
         assert_eq!(after.record(&key(), old, Ok(()), now()), Recorded::Stale);
@@ -404,10 +328,7 @@ mod tests {
 
     #[test]
     fn version_text_round_trips() {
-        let v = ApplyVersion {
-            epoch: 3,
-            sequence: 17,
-        };
+        let v = ApplyVersion { epoch: 3, sequence: 17 };
         assert_eq!(v.to_string().parse::<ApplyVersion>(), Ok(v));
         assert!("3".parse::<ApplyVersion>().is_err());
     }

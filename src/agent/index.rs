@@ -43,11 +43,7 @@ impl WorkspaceIndex {
         for deployment in listed {
             let key = deployment.key();
             let newest = match previous.remove(&key) {
-                Some(current)
-                    if is_older(deployment.resource_version(), current.resource_version()) =>
-                {
-                    current
-                }
+                Some(current) if is_older(deployment.resource_version(), current.resource_version()) => current,
                 _ => Arc::new(deployment),
             };
             self.dirty.insert(key.clone());
@@ -57,22 +53,15 @@ impl WorkspaceIndex {
 
     /// Keys changed since they were last acknowledged, in a stable order.
     pub fn dirty(&self) -> Vec<(WorkspaceKey, Arc<DeploymentProjection>)> {
-        let mut dirty: Vec<_> = self
-            .dirty
-            .iter()
-            .filter_map(|key| self.entries.get(key).map(|d| (key.clone(), d.clone())))
-            .collect();
+        let mut dirty: Vec<_> =
+            self.dirty.iter().filter_map(|key| self.entries.get(key).map(|d| (key.clone(), d.clone()))).collect();
         dirty.sort_by(|a, b| a.0.cmp(&b.0));
         dirty
     }
 
     /// Forget a key's dirtiness once the control plane holds exactly this version.
     pub fn mark_clean_if(&mut self, key: &WorkspaceKey, acknowledged: &str) {
-        if self
-            .entries
-            .get(key)
-            .is_some_and(|d| d.resource_version() == acknowledged)
-        {
+        if self.entries.get(key).is_some_and(|d| d.resource_version() == acknowledged) {
             self.dirty.remove(key);
         }
     }
@@ -114,19 +103,14 @@ pub struct SharedIndex {
 
 impl Default for SharedIndex {
     fn default() -> Self {
-        Self {
-            inner: Default::default(),
-            changes: watch::Sender::new(0),
-        }
+        Self { inner: Default::default(), changes: watch::Sender::new(0) }
     }
 }
 
 impl SharedIndex {
     pub fn lock(&self) -> MutexGuard<'_, WorkspaceIndex> {
         // A panic while holding the lock leaves plain data behind; keep serving it.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Signal that the index changed. Signals sent while nobody listens merge into one.
@@ -164,23 +148,13 @@ mod tests {
     fn upsert_marks_dirty_and_acknowledgement_cleans() {
         let mut index = WorkspaceIndex::default();
         assert!(index.upsert(deployment("a", "ws", "1")));
-        assert!(
-            !index.upsert(deployment("a", "ws", "1")),
-            "same version is no change"
-        );
+        assert!(!index.upsert(deployment("a", "ws", "1")), "same version is no change");
         assert_eq!(index.dirty_len(), 1);
         index.mark_clean_if(&WorkspaceKey::new("a", "ws"), "0");
-        assert_eq!(
-            index.dirty_len(),
-            1,
-            "an older acknowledgement leaves it dirty"
-        );
+        assert_eq!(index.dirty_len(), 1, "an older acknowledgement leaves it dirty");
         index.mark_clean_if(&WorkspaceKey::new("a", "ws"), "1");
         assert_eq!(index.dirty_len(), 0);
-        assert!(
-            !index.upsert(deployment("a", "ws", "0")),
-            "an older version never replaces a newer one"
-        );
+        assert!(!index.upsert(deployment("a", "ws", "0")), "an older version never replaces a newer one");
     }
 
     #[test]
@@ -188,19 +162,10 @@ mod tests {
         let mut index = WorkspaceIndex::default();
         index.upsert(deployment("a", "gone", "1"));
         index.upsert(deployment("a", "raced", "9"));
-        index.replace_all(vec![
-            deployment("a", "raced", "5"),
-            deployment("b", "new", "3"),
-        ]);
+        index.replace_all(vec![deployment("a", "raced", "5"), deployment("b", "new", "3")]);
         assert_eq!(index.len(), 2);
         assert!(!index.contains(&WorkspaceKey::new("a", "gone")));
-        assert_eq!(
-            index
-                .get(&WorkspaceKey::new("a", "raced"))
-                .unwrap()
-                .resource_version(),
-            "9"
-        );
+        assert_eq!(index.get(&WorkspaceKey::new("a", "raced")).unwrap().resource_version(), "9");
         assert_eq!(index.dirty_len(), 2, "a rebuilt index is all dirty");
     }
 

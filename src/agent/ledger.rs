@@ -4,9 +4,7 @@
 
 use super::errors::{ErrorTracker, Failure};
 use super::workspace::WorkspaceKey;
-use crate::crd::{
-    CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus,
-};
+use crate::crd::{CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus};
 use crate::protocol::{Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -28,25 +26,13 @@ pub struct SyncOutcome {
 
 impl SyncOutcome {
     pub fn starting() -> Self {
-        Self {
-            ok: false,
-            reason: "Starting".into(),
-            message: "no sync cycle has completed yet".into(),
-        }
+        Self { ok: false, reason: "Starting".into(), message: "no sync cycle has completed yet".into() }
     }
     pub fn synced() -> Self {
-        Self {
-            ok: true,
-            reason: "Synced".into(),
-            message: "the last sync cycle succeeded".into(),
-        }
+        Self { ok: true, reason: "Synced".into(), message: "the last sync cycle succeeded".into() }
     }
     pub fn failed(reason: &str, message: impl Into<String>) -> Self {
-        Self {
-            ok: false,
-            reason: reason.into(),
-            message: message.into(),
-        }
+        Self { ok: false, reason: reason.into(), message: message.into() }
     }
 }
 
@@ -71,56 +57,33 @@ impl Ledger {
         let status = status.unwrap_or(&default);
         let mut errors = ErrorTracker::new(status.epoch + 1);
         for record in &status.pending_errors {
-            let (Some(key), Ok(version)) = (
-                WorkspaceKey::parse(&record.workspace),
-                record.version.parse(),
-            ) else {
+            let (Some(key), Ok(version)) = (WorkspaceKey::parse(&record.workspace), record.version.parse()) else {
                 tracing::warn!(workspace = %record.workspace, "skipping an unreadable pending error in the ledger");
                 continue;
             };
-            let message = status
-                .error_messages
-                .get(record.message as usize)
-                .cloned()
-                .unwrap_or_default();
+            let message = status.error_messages.get(record.message as usize).cloned().unwrap_or_default();
             errors.restore(
                 key,
                 version,
-                Failure {
-                    error_type: record.error_type,
-                    message,
-                    first_seen: record.first_seen.0,
-                },
+                Failure { error_type: record.error_type, message, first_seen: record.first_seen.0 },
             );
         }
-        let settings = match (
-            status.full_reconciliation_interval_seconds,
-            status.partial_reconciliation_interval_seconds,
-        ) {
-            (Some(full), Some(partial)) => Settings {
-                full_reconciliation_interval_seconds: full,
-                partial_reconciliation_interval_seconds: partial,
-            },
-            _ => Settings::default(),
-        };
+        let settings =
+            match (status.full_reconciliation_interval_seconds, status.partial_reconciliation_interval_seconds) {
+                (Some(full), Some(partial)) => Settings {
+                    full_reconciliation_interval_seconds: full,
+                    partial_reconciliation_interval_seconds: partial,
+                },
+                _ => Settings::default(),
+            };
         let parse_map = |map: &BTreeMap<String, String>| {
-            map.iter()
-                .filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, v.clone())))
-                .collect()
+            map.iter().filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, v.clone()))).collect()
         };
         Self {
             acknowledged: parse_map(&status.acknowledged),
-            terminations: status
-                .terminations
-                .iter()
-                .filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v)))
-                .collect(),
+            terminations: status.terminations.iter().filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v))).collect(),
             errors,
-            settings: if settings.validate().is_ok() {
-                settings
-            } else {
-                Settings::default()
-            },
+            settings: if settings.validate().is_ok() { settings } else { Settings::default() },
             last_handled_resync: status.last_handled_resync_request.clone(),
             last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
             next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),
@@ -151,29 +114,14 @@ impl Ledger {
 
     /// Which kind of cycle is due now. `first_since_leading` covers start, restart and a
     /// leader change; the annotation value is the one on the object right now.
-    pub fn cycle_due(
-        &self,
-        now: Timestamp,
-        first_since_leading: bool,
-        resync_request: Option<&str>,
-    ) -> UpdateType {
+    pub fn cycle_due(&self, now: Timestamp, first_since_leading: bool, resync_request: Option<&str>) -> UpdateType {
         let full_due = self.next_full_sync.is_none_or(|next| now >= next);
-        let resync_requested =
-            resync_request.is_some() && resync_request != self.last_handled_resync.as_deref();
-        if first_since_leading || full_due || resync_requested {
-            UpdateType::Full
-        } else {
-            UpdateType::Partial
-        }
+        let resync_requested = resync_request.is_some() && resync_request != self.last_handled_resync.as_deref();
+        if first_since_leading || full_due || resync_requested { UpdateType::Full } else { UpdateType::Partial }
     }
 
     /// Record a successful cycle's timing.
-    pub fn cycle_succeeded(
-        &mut self,
-        update_type: UpdateType,
-        now: Timestamp,
-        resync_request: Option<&str>,
-    ) {
+    pub fn cycle_succeeded(&mut self, update_type: UpdateType, now: Timestamp, resync_request: Option<&str>) {
         self.outcome = SyncOutcome::synced();
         match update_type {
             UpdateType::Full => {
@@ -184,9 +132,7 @@ impl Ledger {
                 }
             }
             UpdateType::Partial => {
-                let stale = self
-                    .last_partial_sync
-                    .is_none_or(|last| now.duration_since(last) >= HEARTBEAT);
+                let stale = self.last_partial_sync.is_none_or(|last| now.duration_since(last) >= HEARTBEAT);
                 if stale {
                     self.last_partial_sync = Some(now);
                 }
@@ -199,8 +145,7 @@ impl Ledger {
         let partial = self.partial_interval();
         match self.next_full_sync {
             Some(next) => {
-                let until_full =
-                    Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO);
+                let until_full = Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO);
                 partial.min(until_full)
             }
             None => partial,
@@ -219,12 +164,10 @@ impl Ledger {
         let mut message_index: HashMap<&str, u32> = HashMap::new();
         let mut pending_errors = Vec::new();
         for (key, version, failure) in self.errors.pending() {
-            let index = *message_index
-                .entry(failure.message.as_str())
-                .or_insert_with(|| {
-                    messages.push(failure.message.clone());
-                    (messages.len() - 1) as u32
-                });
+            let index = *message_index.entry(failure.message.as_str()).or_insert_with(|| {
+                messages.push(failure.message.clone());
+                (messages.len() - 1) as u32
+            });
             pending_errors.push(PendingErrorRecord {
                 workspace: key.to_string(),
                 error_type: failure.error_type,
@@ -234,17 +177,11 @@ impl Ledger {
             });
         }
         let ready = if self.outcome.ok {
-            SyncOutcome {
-                ok: true,
-                reason: "Ready".into(),
-                message: "the agent is syncing".into(),
-            }
+            SyncOutcome { ok: true, reason: "Ready".into(), message: "the agent is syncing".into() }
         } else {
             self.outcome.clone()
         };
-        let previous_conditions = previous
-            .map(|p| p.conditions.as_slice())
-            .unwrap_or_default();
+        let previous_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or_default();
         WorkspaceSyncStatusStatus {
             conditions: vec![
                 condition(CONDITION_READY, &ready, previous_conditions, now),
@@ -254,23 +191,11 @@ impl Ledger {
             next_full_sync_time: self.next_full_sync.map(Time),
             last_partial_sync_time: self.last_partial_sync.map(Time),
             last_handled_resync_request: self.last_handled_resync.clone(),
-            full_reconciliation_interval_seconds: Some(
-                self.settings.full_reconciliation_interval_seconds,
-            ),
-            partial_reconciliation_interval_seconds: Some(
-                self.settings.partial_reconciliation_interval_seconds,
-            ),
+            full_reconciliation_interval_seconds: Some(self.settings.full_reconciliation_interval_seconds),
+            partial_reconciliation_interval_seconds: Some(self.settings.partial_reconciliation_interval_seconds),
             epoch: self.errors.epoch(),
-            acknowledged: self
-                .acknowledged
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-            terminations: self
-                .terminations
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
+            acknowledged: self.acknowledged.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            terminations: self.terminations.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             pending_error_count: pending_errors.len() as u64,
             pending_errors,
             error_messages: messages,
@@ -279,12 +204,7 @@ impl Ledger {
     }
 }
 
-fn condition(
-    type_: &str,
-    outcome: &SyncOutcome,
-    previous: &[Condition],
-    now: Timestamp,
-) -> Condition {
+fn condition(type_: &str, outcome: &SyncOutcome, previous: &[Condition], now: Timestamp) -> Condition {
     let status = if outcome.ok { "True" } else { "False" };
     let since = previous
         .iter()
@@ -316,11 +236,7 @@ mod tests {
         assert_eq!(ledger.cycle_due(at(0), true, None), UpdateType::Full);
         ledger.cycle_succeeded(UpdateType::Full, at(0), None);
         assert_eq!(ledger.cycle_due(at(1), false, None), UpdateType::Partial);
-        assert_eq!(
-            ledger.cycle_due(at(3600), false, None),
-            UpdateType::Full,
-            "the full interval has passed"
-        );
+        assert_eq!(ledger.cycle_due(at(3600), false, None), UpdateType::Full, "the full interval has passed");
     }
 
     #[test]
@@ -329,10 +245,7 @@ mod tests {
         ledger.cycle_succeeded(UpdateType::Full, at(0), None);
         assert_eq!(ledger.cycle_due(at(1), false, Some("a")), UpdateType::Full);
         ledger.cycle_succeeded(UpdateType::Full, at(1), Some("a"));
-        assert_eq!(
-            ledger.cycle_due(at(2), false, Some("a")),
-            UpdateType::Partial
-        );
+        assert_eq!(ledger.cycle_due(at(2), false, Some("a")), UpdateType::Partial);
         assert_eq!(ledger.cycle_due(at(3), false, Some("b")), UpdateType::Full);
     }
 
@@ -361,29 +274,17 @@ mod tests {
         for name in ["a", "b", "c"] {
             let key = WorkspaceKey::new("ns", name);
             let v = ledger.errors.begin(&key);
-            ledger.errors.record(
-                &key,
-                v,
-                Err((ErrorType::Applier, "same template error".into())),
-                at(0),
-            );
+            ledger.errors.record(&key, v, Err((ErrorType::Applier, "same template error".into())), at(0));
         }
         let status = ledger.to_status(3, None, at(0));
-        assert_eq!(
-            status.error_messages,
-            vec!["same template error".to_string()]
-        );
+        assert_eq!(status.error_messages, vec!["same template error".to_string()]);
         assert_eq!(status.pending_error_count, 3);
 
         let restored = Ledger::restore(Some(&status));
         assert_eq!(restored.errors.epoch(), status.epoch + 1);
         let pending = restored.errors.pending();
         assert_eq!(pending.len(), 3);
-        assert!(
-            pending
-                .iter()
-                .all(|(_, _, f)| f.message == "same template error")
-        );
+        assert!(pending.iter().all(|(_, _, f)| f.message == "same template error"));
     }
 
     #[test]
@@ -391,12 +292,8 @@ mod tests {
         let mut ledger = Ledger::restore(None);
         let key = WorkspaceKey::new("ns", "ws");
         ledger.acknowledged.insert(key.clone(), "5".into());
-        ledger
-            .terminations
-            .insert(key.clone(), TerminationProgress::Terminating);
-        ledger
-            .errors
-            .fail_now(&key, ErrorType::Kubernetes, "x", at(0));
+        ledger.terminations.insert(key.clone(), TerminationProgress::Terminating);
+        ledger.errors.fail_now(&key, ErrorType::Kubernetes, "x", at(0));
         ledger.reset_for_full();
         assert!(ledger.acknowledged.is_empty() && ledger.terminations.is_empty());
         assert_eq!(ledger.errors.pending_count(), 1);

@@ -51,11 +51,7 @@ pub struct AgentArgs {
     pub namespace: String,
 
     /// Label whose value is the agent id on every workspace Deployment.
-    #[arg(
-        long,
-        env = "WSYNC_WORKSPACE_LABEL_KEY",
-        default_value = "agent.gitlab.com/id"
-    )]
+    #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = "agent.gitlab.com/id")]
     pub workspace_label_key: String,
 
     /// Field manager for server-side apply and status writes.
@@ -86,22 +82,16 @@ pub struct AgentArgs {
 /// Parse `500ms`, `5s`, `2m` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let value: f64 = number.parse().map_err(|_| format!("invalid duration {text:?}"))?;
     let seconds = match unit {
         "" | "s" => value,
         "ms" => value / 1000.0,
         "m" => value * 60.0,
         "h" => value * 3600.0,
         _ => {
-            return Err(format!(
-                "invalid duration unit in {text:?}; use ms, s, m or h"
-            ));
+            return Err(format!("invalid duration unit in {text:?}; use ms, s, m or h"));
         }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
@@ -150,10 +140,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         LoopConfig {
             min_cycle_gap: args.min_cycle_gap,
             apply_concurrency: args.apply_concurrency,
-            policy: apply_plan::ApplyPolicy::new(
-                args.allowed_kinds.clone(),
-                args.namespace.clone(),
-            ),
+            policy: apply_plan::ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone()),
         },
         ledger,
         wss.status.clone(),

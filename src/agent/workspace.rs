@@ -15,10 +15,7 @@ pub struct WorkspaceKey {
 
 impl WorkspaceKey {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        Self { namespace: namespace.into(), name: name.into() }
     }
 
     /// Parse the ledger's `"<namespace>/<name>"` form.
@@ -80,9 +77,7 @@ impl DeploymentProjection {
                 annotations: meta.annotations.unwrap_or_default(),
                 creation_timestamp: meta.creation_timestamp.map(|t| t.0),
             },
-            spec: ProjectedSpec {
-                replicas: deployment.spec.and_then(|s| s.replicas),
-            },
+            spec: ProjectedSpec { replicas: deployment.spec.and_then(|s| s.replicas) },
             status: deployment.status,
         })
     }
@@ -123,14 +118,8 @@ mod tests {
                 managed_fields: Some(vec![Default::default()]),
                 ..Default::default()
             },
-            spec: Some(DeploymentSpec {
-                replicas: Some(1),
-                ..Default::default()
-            }),
-            status: Some(DeploymentStatus {
-                ready_replicas: Some(1),
-                ..Default::default()
-            }),
+            spec: Some(DeploymentSpec { replicas: Some(1), ..Default::default() }),
+            status: Some(DeploymentStatus { ready_replicas: Some(1), ..Default::default() }),
         };
         let projection = DeploymentProjection::from_deployment(deployment).unwrap();
         let json = serde_json::to_value(&projection).unwrap();

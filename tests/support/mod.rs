@@ -39,18 +39,9 @@ pub fn env() -> &'static TestEnv {
     static ENV: OnceLock<TestEnv> = OnceLock::new();
     ENV.get_or_init(|| {
         let script = repo_root().join("hack/local-cluster.sh");
-        let status = Command::new(&script)
-            .arg("up")
-            .status()
-            .expect("run hack/local-cluster.sh up");
-        assert!(
-            status.success(),
-            "the local apiserver did not come up (hack/local-cluster.sh up failed)"
-        );
-        let out = Command::new(&script)
-            .arg("env")
-            .output()
-            .expect("run hack/local-cluster.sh env");
+        let status = Command::new(&script).arg("up").status().expect("run hack/local-cluster.sh up");
+        assert!(status.success(), "the local apiserver did not come up (hack/local-cluster.sh up failed)");
+        let out = Command::new(&script).arg("env").output().expect("run hack/local-cluster.sh env");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let var = |name: &str| -> PathBuf {
             text.lines()
@@ -67,12 +58,7 @@ pub fn env() -> &'static TestEnv {
         kubectl_ok(&env, &["apply", "-k", crds.to_str().expect("utf-8 path")]);
         kubectl_ok(
             &env,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/workspacesyncstatuses.wsync.dev",
-                "--timeout=30s",
-            ],
+            &["wait", "--for=condition=Established", "crd/workspacesyncstatuses.wsync.dev", "--timeout=30s"],
         );
         let _ = kubectl(&env, &["create", "namespace", AGENT_NAMESPACE]);
         env
@@ -80,21 +66,13 @@ pub fn env() -> &'static TestEnv {
 }
 
 pub fn kubectl(env: &TestEnv, args: &[&str]) -> std::process::Output {
-    Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", &env.admin_kubeconfig)
-        .output()
-        .expect("kubectl is on PATH")
+    Command::new("kubectl").args(args).env("KUBECONFIG", &env.admin_kubeconfig).output().expect("kubectl is on PATH")
 }
 
 /// Run kubectl and return stdout; panic with stderr on failure.
 pub fn kubectl_ok(env: &TestEnv, args: &[&str]) -> String {
     let out = kubectl(env, args);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -109,21 +87,14 @@ pub async fn admin_client(env: &TestEnv) -> Client {
 /// A DNS-label id unique to this test run.
 pub fn unique_id(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     format!("{prefix}-{:x}{n}", (nanos ^ std::process::id()) & 0xfffff)
 }
 
 /// A namespace and a labelled workspace Deployment in it; returns its resourceVersion.
-pub async fn create_workspace(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    agent_label: Option<&str>,
-) -> String {
+pub async fn create_workspace(client: &Client, namespace: &str, name: &str, agent_label: Option<&str>) -> String {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     // Test namespaces are `<test id>-<suffix>`; the label lets the test's cleanup find them.
     // A workspace's namespace carries its agent's label, as one the agent created would.
@@ -133,8 +104,7 @@ pub async fn create_workspace(
     if let Some(id) = agent_label {
         ns_labels.insert(LABEL_KEY.into(), id.into());
     }
-    let ns = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": ns_labels}}))
-        .expect("namespace");
+    let ns = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": ns_labels}})).expect("namespace");
     match namespaces.create(&PostParams::default(), &ns).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -157,10 +127,7 @@ pub async fn create_workspace(
     }))
     .expect("deployment");
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let created = api
-        .create(&PostParams::default(), &deployment)
-        .await
-        .expect("create deployment");
+    let created = api.create(&PostParams::default(), &deployment).await.expect("create deployment");
     created.metadata.resource_version.unwrap_or_default()
 }
 
@@ -195,14 +162,8 @@ impl AgentProcess {
             args.extend(["--request-timeout".into(), "2s".into()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut agent = Self {
-            id: id.into(),
-            child: None,
-            args,
-            kubeconfig: env.agent_kubeconfig.clone(),
-            dir,
-            starts: 0,
-        };
+        let mut agent =
+            Self { id: id.into(), child: None, args, kubeconfig: env.agent_kubeconfig.clone(), dir, starts: 0 };
         agent.spawn();
         agent
     }
@@ -242,18 +203,13 @@ impl AgentProcess {
     /// Every log line this agent wrote, across restarts.
     pub fn logs(&self) -> String {
         (1..=self.starts)
-            .map(|n| {
-                std::fs::read_to_string(self.dir.path().join(format!("agent-{n}.log")))
-                    .unwrap_or_default()
-            })
+            .map(|n| std::fs::read_to_string(self.dir.path().join(format!("agent-{n}.log"))).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n")
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 }
 
@@ -265,43 +221,20 @@ impl Drop for AgentProcess {
         }
         // Leave the shared cluster as we found it; deletion finishes in the background.
         let env = env();
-        let _ = kubectl(
-            env,
-            &[
-                "-n",
-                AGENT_NAMESPACE,
-                "delete",
-                "wss",
-                &self.id,
-                "--ignore-not-found",
-                "--wait=false",
-            ],
-        );
-        for selector in [
-            format!("{LABEL_KEY}={}", self.id),
-            format!("{TEST_LABEL}={}", self.id),
-        ] {
-            let _ = kubectl(
-                env,
-                &["delete", "namespace", "-l", &selector, "--wait=false"],
-            );
+        let _ = kubectl(env, &["-n", AGENT_NAMESPACE, "delete", "wss", &self.id, "--ignore-not-found", "--wait=false"]);
+        for selector in [format!("{LABEL_KEY}={}", self.id), format!("{TEST_LABEL}={}", self.id)] {
+            let _ = kubectl(env, &["delete", "namespace", "-l", &selector, "--wait=false"]);
         }
     }
 }
 
 /// Where the audit log ends now; pass it to `agent_writes` to see only what follows.
 pub fn audit_mark(env: &TestEnv) -> usize {
-    std::fs::read_to_string(&env.audit_log)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
+    std::fs::read_to_string(&env.audit_log).map(|s| s.lines().count()).unwrap_or(0)
 }
 
 /// Write requests by the agent's user, after `mark`, that `concerns` this test's objects.
-pub fn agent_writes(
-    env: &TestEnv,
-    mark: usize,
-    concerns: impl Fn(&serde_json::Value) -> bool,
-) -> Vec<String> {
+pub fn agent_writes(env: &TestEnv, mark: usize, concerns: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
     let text = std::fs::read_to_string(&env.audit_log).unwrap_or_default();
     text.lines()
         .skip(mark)
@@ -310,50 +243,31 @@ pub fn agent_writes(
         .filter(|e| concerns(e))
         .map(|e| {
             let o = &e["objectRef"];
-            format!(
-                "{} {}/{}/{} {}",
-                e["verb"], o["resource"], o["namespace"], o["name"], o["subresource"]
-            )
+            format!("{} {}/{}/{} {}", e["verb"], o["resource"], o["namespace"], o["name"], o["subresource"])
         })
         .collect()
 }
 
 /// Poll `check` until it returns Some, or panic after `timeout`.
-pub async fn eventually<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
+pub async fn eventually<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check() {
             return value;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// The agent's WorkspaceSyncStatus as JSON, via kubectl.
 pub fn wss_json(env: &TestEnv, agent_id: &str) -> Option<serde_json::Value> {
-    let out = kubectl(
-        env,
-        &["-n", AGENT_NAMESPACE, "get", "wss", agent_id, "-o", "json"],
-    );
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).ok())
-        .flatten()
+    let out = kubectl(env, &["-n", AGENT_NAMESPACE, "get", "wss", agent_id, "-o", "json"]);
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
 }
 
 pub fn condition<'a>(wss: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
-    wss["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
+    wss["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
 pub fn path_str(p: &Path) -> &str {
@@ -370,9 +284,7 @@ pub fn inventory_config(namespace: &str, inventory: &str, members: &[String]) ->
     for member in members {
         docs.push(member.replacen(
             "metadata:\n",
-            &format!(
-                "metadata:\n  annotations:\n    config.k8s.io/owning-inventory: {inventory}\n"
-            ),
+            &format!("metadata:\n  annotations:\n    config.k8s.io/owning-inventory: {inventory}\n"),
             1,
         ));
     }

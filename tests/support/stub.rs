@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wsync::protocol::{
-    ActualState, DesiredState, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest,
-    ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
+    ActualState, DesiredState, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest, ReconcileResponse, Settings,
+    UpdateType, WorkspaceRailsInfo,
 };
 
 pub const STUB_TOKEN: &str = "stub-agent-token";
@@ -26,18 +26,10 @@ pub struct Reply {
 
 impl Reply {
     pub fn created(response: &ReconcileResponse) -> Self {
-        Self {
-            status: 201,
-            body: serde_json::to_string(response).expect("serialize"),
-            delay: Duration::ZERO,
-        }
+        Self { status: 201, body: serde_json::to_string(response).expect("serialize"), delay: Duration::ZERO }
     }
     pub fn status(status: u16, body: &str) -> Self {
-        Self {
-            status,
-            body: body.into(),
-            delay: Duration::ZERO,
-        }
+        Self { status, body: body.into(), delay: Duration::ZERO }
     }
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = delay;
@@ -114,10 +106,7 @@ impl Script {
                 infos.push(self.rails_info(key, None));
             }
         }
-        ReconcileResponse {
-            workspace_rails_infos: infos,
-            settings: self.settings,
-        }
+        ReconcileResponse { workspace_rails_infos: infos, settings: self.settings }
     }
 
     fn rails_info(&self, key: &(String, String), rv: Option<String>) -> WorkspaceRailsInfo {
@@ -129,9 +118,7 @@ impl Script {
             deployment_resource_version: rv,
             config_to_apply: self.configs.get(key).cloned().unwrap_or_else(|| {
                 let template = self.config_template.as_deref().unwrap_or_default();
-                template
-                    .replace("{namespace}", &key.0)
-                    .replace("{name}", &key.1)
+                template.replace("{namespace}", &key.0).replace("{name}", &key.1)
             }),
             image_pull_secrets: vec![],
         }
@@ -149,14 +136,9 @@ impl StubControlPlane {
         });
         let app = axum::Router::new()
             .route(RECONCILE_PATH, post(reconcile))
-            .route(
-                PREREQUISITES_PATH,
-                get(|| async { axum::Json(serde_json::json!({"shared_namespace": ""})) }),
-            )
+            .route(PREREQUISITES_PATH, get(|| async { axum::Json(serde_json::json!({"shared_namespace": ""})) }))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind stub");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind stub");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(async move { axum::serve(listener, app).await.ok() });
         Self { inner, url }
@@ -166,10 +148,7 @@ impl StubControlPlane {
         self.set_responder(move |req| Reply::created(&script.respond(req)));
     }
 
-    pub fn set_responder(
-        &self,
-        responder: impl Fn(&ReconcileRequest) -> Reply + Send + Sync + 'static,
-    ) {
+    pub fn set_responder(&self, responder: impl Fn(&ReconcileRequest) -> Reply + Send + Sync + 'static) {
         *self.inner.responder.lock().unwrap() = Box::new(responder);
     }
 
@@ -191,20 +170,12 @@ impl StubControlPlane {
     ) -> (usize, Recorded) {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(found) = self
-                .requests()
-                .into_iter()
-                .enumerate()
-                .skip(after)
-                .find(|(_, r)| matches(r))
-            {
+            if let Some(found) = self.requests().into_iter().enumerate().skip(after).find(|(_, r)| matches(r)) {
                 return found;
             }
             if Instant::now() > deadline {
                 let seen: Vec<String> = self.requests().iter().skip(after).map(summary).collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; requests since #{after}: {seen:#?}"
-                );
+                panic!("timed out after {timeout:?} waiting for {what}; requests since #{after}: {seen:#?}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -223,10 +194,7 @@ pub fn summary(r: &Recorded) -> String {
         .map(|i| {
             let mut s = format!("{}/{}", i.namespace, i.name);
             if let Some(d) = &i.latest_k8s_deployment_info {
-                s += &format!(
-                    "@{}",
-                    d["metadata"]["resourceVersion"].as_str().unwrap_or("?")
-                );
+                s += &format!("@{}", d["metadata"]["resourceVersion"].as_str().unwrap_or("?"));
             }
             if i.error_details.is_some() {
                 s += "!error";
@@ -247,23 +215,13 @@ async fn reconcile(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
         return (StatusCode::BAD_REQUEST, r#"{"error":"invalid payload"}"#).into_response();
     };
     let now_in_flight = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    inner
-        .max_in_flight
-        .fetch_max(now_in_flight, Ordering::SeqCst);
+    inner.max_in_flight.fetch_max(now_in_flight, Ordering::SeqCst);
     // Decrements even when the agent gives up and the handler is dropped mid-delay.
     let _in_flight = InFlight(inner.clone());
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     let index = {
         let mut recorded = inner.recorded.lock().unwrap();
-        recorded.push(Recorded {
-            received,
-            answered: None,
-            request: request.clone(),
-            authorization,
-        });
+        recorded.push(Recorded { received, answered: None, request: request.clone(), authorization });
         recorded.len() - 1
     };
     let reply = (inner.responder.lock().unwrap())(&request);

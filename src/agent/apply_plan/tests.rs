@@ -10,10 +10,7 @@ fn policy() -> ApplyPolicy {
 
 /// Namespaced unless it is one of the cluster-scoped kinds these tests use.
 fn namespaced(gvk: &GroupVersionKind) -> bool {
-    !matches!(
-        gvk.kind.as_str(),
-        "Namespace" | "ClusterRoleBinding" | "PersistentVolume"
-    )
+    !matches!(gvk.kind.as_str(), "Namespace" | "ClusterRoleBinding" | "PersistentVolume")
 }
 
 const INVENTORY: &str = "apiVersion: v1
@@ -25,16 +22,9 @@ metadata:
     cli-utils.sigs.k8s.io/inventory-id: ws-inv
 ";
 
-fn member(
-    kind: &str,
-    api_version: &str,
-    name: &str,
-    namespace: &str,
-    owner: Option<&str>,
-) -> String {
-    let annotations = owner
-        .map(|o| format!("\n  annotations:\n    config.k8s.io/owning-inventory: {o}"))
-        .unwrap_or_default();
+fn member(kind: &str, api_version: &str, name: &str, namespace: &str, owner: Option<&str>) -> String {
+    let annotations =
+        owner.map(|o| format!("\n  annotations:\n    config.k8s.io/owning-inventory: {o}")).unwrap_or_default();
     format!(
         "---\napiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: {namespace}{annotations}\n"
     )
@@ -56,12 +46,7 @@ fn groups_members_under_their_inventory_by_id() {
 
 #[test]
 fn member_keys_round_trip() {
-    let r = MemberRef {
-        namespace: "ns".into(),
-        name: "ws".into(),
-        group: "apps".into(),
-        kind: "Deployment".into(),
-    };
+    let r = MemberRef { namespace: "ns".into(), name: "ws".into(), group: "apps".into(), kind: "Deployment".into() };
     assert_eq!(r.key(), "ns_ws_apps_Deployment");
     assert_eq!(MemberRef::parse(&r.key()), Some(r));
     let core = MemberRef::parse("ns_cfg__ConfigMap").unwrap();
@@ -71,23 +56,14 @@ fn member_keys_round_trip() {
 
 #[test]
 fn an_object_without_owning_inventory_refuses_the_stream() {
-    let stream = format!(
-        "{INVENTORY}{}",
-        member("Service", "v1", "ws", "ws-ns", None)
-    );
+    let stream = format!("{INVENTORY}{}", member("Service", "v1", "ws", "ws-ns", None));
     let err = plan(objects(&stream), "ws-ns", &policy(), namespaced).unwrap_err();
-    assert!(
-        err.contains("Service ws-ns/ws") && err.contains("owning-inventory"),
-        "{err}"
-    );
+    assert!(err.contains("Service ws-ns/ws") && err.contains("owning-inventory"), "{err}");
 }
 
 #[test]
 fn an_unknown_owning_inventory_refuses_the_stream() {
-    let stream = format!(
-        "{INVENTORY}{}",
-        member("Service", "v1", "ws", "ws-ns", Some("other"))
-    );
+    let stream = format!("{INVENTORY}{}", member("Service", "v1", "ws", "ws-ns", Some("other")));
     let err = plan(objects(&stream), "ws-ns", &policy(), namespaced).unwrap_err();
     assert!(err.contains("\"other\""), "{err}");
 }
@@ -96,74 +72,41 @@ fn an_unknown_owning_inventory_refuses_the_stream() {
 fn rbac_is_refused_even_when_allowed() {
     let stream = format!(
         "{INVENTORY}{}",
-        member(
-            "ClusterRoleBinding",
-            "rbac.authorization.k8s.io/v1",
-            "admin",
-            "ws-ns",
-            Some("ws-inv")
-        )
+        member("ClusterRoleBinding", "rbac.authorization.k8s.io/v1", "admin", "ws-ns", Some("ws-inv"))
     );
-    let permissive = ApplyPolicy::new(
-        ["rbac.authorization.k8s.io/ClusterRoleBinding", "ConfigMap"],
-        "wsync-system",
-    );
+    let permissive = ApplyPolicy::new(["rbac.authorization.k8s.io/ClusterRoleBinding", "ConfigMap"], "wsync-system");
     let err = plan(objects(&stream), "ws-ns", &permissive, namespaced).unwrap_err();
-    assert!(
-        err.contains("ClusterRoleBinding.rbac.authorization.k8s.io") && err.contains("RBAC"),
-        "{err}"
-    );
+    assert!(err.contains("ClusterRoleBinding.rbac.authorization.k8s.io") && err.contains("RBAC"), "{err}");
 }
 
 #[test]
 fn kinds_outside_the_allow_list_are_refused() {
-    let stream = format!(
-        "{INVENTORY}{}",
-        member("Job", "batch/v1", "j", "ws-ns", Some("ws-inv"))
-    );
+    let stream = format!("{INVENTORY}{}", member("Job", "batch/v1", "j", "ws-ns", Some("ws-inv")));
     let err = plan(objects(&stream), "ws-ns", &policy(), namespaced).unwrap_err();
-    assert!(
-        err.contains("Job.batch ws-ns/j") && err.contains("allowed kinds"),
-        "{err}"
-    );
+    assert!(err.contains("Job.batch ws-ns/j") && err.contains("allowed kinds"), "{err}");
 }
 
 #[test]
 fn cluster_scoped_objects_are_refused() {
     let allow_pv = ApplyPolicy::new(["ConfigMap", "PersistentVolume"], "wsync-system");
-    let stream = format!(
-        "{INVENTORY}{}",
-        member("PersistentVolume", "v1", "pv", "ws-ns", Some("ws-inv"))
-    );
+    let stream = format!("{INVENTORY}{}", member("PersistentVolume", "v1", "pv", "ws-ns", Some("ws-inv")));
     let err = plan(objects(&stream), "ws-ns", &allow_pv, namespaced).unwrap_err();
     assert!(err.contains("cluster-scoped"), "{err}");
 }
 
 #[test]
 fn objects_in_another_namespace_are_refused() {
-    let stream = format!(
-        "{INVENTORY}{}",
-        member("Secret", "v1", "stolen", "kube-system", Some("ws-inv"))
-    );
+    let stream = format!("{INVENTORY}{}", member("Secret", "v1", "stolen", "kube-system", Some("ws-inv")));
     let err = plan(objects(&stream), "ws-ns", &policy(), namespaced).unwrap_err();
-    assert!(
-        err.contains("Secret kube-system/stolen") && err.contains("outside"),
-        "{err}"
-    );
+    assert!(err.contains("Secret kube-system/stolen") && err.contains("outside"), "{err}");
 }
 
 #[test]
 fn objects_without_a_namespace_land_in_the_workspace_namespace() {
     let stream = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inv\n  labels:\n    cli-utils.sigs.k8s.io/inventory-id: i\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  annotations:\n    config.k8s.io/owning-inventory: i\n";
     let plans = plan(objects(stream), "ws-ns", &policy(), namespaced).unwrap();
-    assert_eq!(
-        plans[0].inventory.metadata.namespace.as_deref(),
-        Some("ws-ns")
-    );
-    assert_eq!(
-        plans[0].members[0].1.metadata.namespace.as_deref(),
-        Some("ws-ns")
-    );
+    assert_eq!(plans[0].inventory.metadata.namespace.as_deref(), Some("ws-ns"));
+    assert_eq!(plans[0].members[0].1.metadata.namespace.as_deref(), Some("ws-ns"));
 }
 
 #[test]

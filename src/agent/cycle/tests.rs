@@ -41,41 +41,21 @@ fn rails(
 
 fn fail(ledger: &mut Ledger, key: &WorkspaceKey, message: &str) -> ApplyVersion {
     let v = ledger.errors.begin(key);
-    ledger.errors.record(
-        key,
-        v,
-        Err((ErrorType::Applier, message.into())),
-        Timestamp::UNIX_EPOCH,
-    );
+    ledger.errors.record(key, v, Err((ErrorType::Applier, message.into())), Timestamp::UNIX_EPOCH);
     v
 }
 
 #[test]
 fn sends_only_deployments_whose_version_is_not_acknowledged() {
     let mut ledger = Ledger::restore(None);
-    let dirty = vec![
-        deployment("a", "acked", "5"),
-        deployment("b", "changed", "7"),
-    ];
-    ledger
-        .acknowledged
-        .insert(WorkspaceKey::new("a", "acked"), "5".into());
-    ledger
-        .acknowledged
-        .insert(WorkspaceKey::new("b", "changed"), "6".into());
+    let dirty = vec![deployment("a", "acked", "5"), deployment("b", "changed", "7")];
+    ledger.acknowledged.insert(WorkspaceKey::new("a", "acked"), "5".into());
+    ledger.acknowledged.insert(WorkspaceKey::new("b", "changed"), "6".into());
     let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new()).unwrap();
-    let names: Vec<_> = plan
-        .request
-        .workspace_agent_infos
-        .iter()
-        .map(|i| i.name.as_str())
-        .collect();
+    let names: Vec<_> = plan.request.workspace_agent_infos.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["changed"]);
     let info = &plan.request.workspace_agent_infos[0];
-    assert_eq!(
-        info.latest_k8s_deployment_info.as_ref().unwrap()["metadata"]["resourceVersion"],
-        "7"
-    );
+    assert_eq!(info.latest_k8s_deployment_info.as_ref().unwrap()["metadata"]["resourceVersion"], "7");
 }
 
 #[test]
@@ -94,37 +74,18 @@ fn terminations_and_errors_merge_into_one_info_per_workspace() {
     let mut ledger = Ledger::restore(None);
     let ws = WorkspaceKey::new("ns", "ws");
     let gone = WorkspaceKey::new("ns2", "gone");
-    ledger
-        .terminations
-        .insert(ws.clone(), TerminationProgress::Terminating);
-    ledger
-        .terminations
-        .insert(gone.clone(), TerminationProgress::Terminating);
+    ledger.terminations.insert(ws.clone(), TerminationProgress::Terminating);
+    ledger.terminations.insert(gone.clone(), TerminationProgress::Terminating);
     let version = fail(&mut ledger, &ws, "boom");
-    let plan = plan(
-        UpdateType::Partial,
-        &[deployment("ns", "ws", "3")],
-        &ledger,
-        &HashSet::from([gone]),
-    )
-    .unwrap();
+    let plan = plan(UpdateType::Partial, &[deployment("ns", "ws", "3")], &ledger, &HashSet::from([gone])).unwrap();
     let infos = &plan.request.workspace_agent_infos;
     assert_eq!(infos.len(), 2);
     let ws_info = infos.iter().find(|i| i.name == "ws").unwrap();
     assert!(ws_info.latest_k8s_deployment_info.is_some());
-    assert_eq!(
-        ws_info.termination_progress,
-        Some(TerminationProgress::Terminating)
-    );
-    assert_eq!(
-        ws_info.error_details.as_ref().unwrap().error_message,
-        "boom"
-    );
+    assert_eq!(ws_info.termination_progress, Some(TerminationProgress::Terminating));
+    assert_eq!(ws_info.error_details.as_ref().unwrap().error_message, "boom");
     let gone_info = infos.iter().find(|i| i.name == "gone").unwrap();
-    assert_eq!(
-        gone_info.termination_progress,
-        Some(TerminationProgress::Terminated)
-    );
+    assert_eq!(gone_info.termination_progress, Some(TerminationProgress::Terminated));
     assert_eq!(plan.sent_errors, vec![(ws, version)]);
 }
 
@@ -139,31 +100,11 @@ fn in_flight_applies_are_not_sent() {
 #[test]
 fn settle_acknowledges_and_schedules_applies() {
     let mut ledger = Ledger::restore(None);
-    let plan = plan(
-        UpdateType::Full,
-        &[deployment("ns", "ws", "3")],
-        &ledger,
-        &HashSet::new(),
-    )
-    .unwrap();
+    let plan = plan(UpdateType::Full, &[deployment("ns", "ws", "3")], &ledger, &HashSet::new()).unwrap();
     let response = ReconcileResponse {
         workspace_rails_infos: vec![
-            rails(
-                "ns",
-                "ws",
-                DesiredState::Running,
-                ActualState::Running,
-                Some("3"),
-                "kind: ConfigMap",
-            ),
-            rails(
-                "ns",
-                "quiet",
-                DesiredState::Running,
-                ActualState::Running,
-                Some("9"),
-                "",
-            ),
+            rails("ns", "ws", DesiredState::Running, ActualState::Running, Some("3"), "kind: ConfigMap"),
+            rails("ns", "quiet", DesiredState::Running, ActualState::Running, Some("9"), ""),
         ],
         settings: Some(Settings {
             full_reconciliation_interval_seconds: 60,
@@ -171,18 +112,10 @@ fn settle_acknowledges_and_schedules_applies() {
         }),
     };
     let settled = settle(&mut ledger, &plan, &response, false);
-    assert_eq!(
-        ledger
-            .acknowledged
-            .get(&WorkspaceKey::new("ns", "ws"))
-            .map(String::as_str),
-        Some("3")
-    );
+    assert_eq!(ledger.acknowledged.get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
-    assert!(
-        matches!(&settled.actions[0], WorkspaceAction::Apply { config, .. } if config == "kind: ConfigMap")
-    );
+    assert!(matches!(&settled.actions[0], WorkspaceAction::Apply { config, .. } if config == "kind: ConfigMap"));
     assert_eq!(ledger.settings.partial_reconciliation_interval_seconds, 2);
     assert!(ledger.errors.in_flight(&WorkspaceKey::new("ns", "ws")));
 }
@@ -212,14 +145,7 @@ fn errors_clear_only_under_the_sent_version() {
     // While the request is out, a newer apply fails too.
     fail(&mut ledger, &key, "second");
     let response = ReconcileResponse {
-        workspace_rails_infos: vec![rails(
-            "ns",
-            "ws",
-            DesiredState::Running,
-            ActualState::Error,
-            None,
-            "",
-        )],
+        workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Running, ActualState::Error, None, "")],
         settings: None,
     };
     settle(&mut ledger, &plan, &response, false);
@@ -248,35 +174,15 @@ fn termination_is_tracked_then_forgotten() {
     let key = WorkspaceKey::new("ns", "ws");
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
     let terminating = ReconcileResponse {
-        workspace_rails_infos: vec![rails(
-            "ns",
-            "ws",
-            DesiredState::Terminated,
-            ActualState::Running,
-            None,
-            "x",
-        )],
+        workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Running, None, "x")],
         settings: None,
     };
     let settled = settle(&mut ledger, &plan, &terminating, false);
-    assert_eq!(
-        settled.actions,
-        vec![WorkspaceAction::Terminate { key: key.clone() }]
-    );
-    assert_eq!(
-        ledger.terminations.get(&key),
-        Some(&TerminationProgress::Terminating)
-    );
+    assert_eq!(settled.actions, vec![WorkspaceAction::Terminate { key: key.clone() }]);
+    assert_eq!(ledger.terminations.get(&key), Some(&TerminationProgress::Terminating));
 
     let terminated = ReconcileResponse {
-        workspace_rails_infos: vec![rails(
-            "ns",
-            "ws",
-            DesiredState::Terminated,
-            ActualState::Terminated,
-            None,
-            "",
-        )],
+        workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Terminated, None, "")],
         settings: None,
     };
     let settled = settle(&mut ledger, &plan, &terminated, false);
@@ -290,22 +196,8 @@ fn paused_agent_records_but_does_nothing() {
     let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new()).unwrap();
     let response = ReconcileResponse {
         workspace_rails_infos: vec![
-            rails(
-                "ns",
-                "a",
-                DesiredState::Running,
-                ActualState::Running,
-                Some("1"),
-                "kind: X",
-            ),
-            rails(
-                "ns",
-                "b",
-                DesiredState::Terminated,
-                ActualState::Running,
-                None,
-                "",
-            ),
+            rails("ns", "a", DesiredState::Running, ActualState::Running, Some("1"), "kind: X"),
+            rails("ns", "b", DesiredState::Terminated, ActualState::Running, None, ""),
         ],
         settings: None,
     };
@@ -324,22 +216,10 @@ fn full_cycle_prunes_what_nobody_knows() {
         fail(&mut ledger, key, "boom");
     }
     let response = ReconcileResponse {
-        workspace_rails_infos: vec![rails(
-            "ns",
-            "returned",
-            DesiredState::Running,
-            ActualState::Error,
-            None,
-            "",
-        )],
+        workspace_rails_infos: vec![rails("ns", "returned", DesiredState::Running, ActualState::Error, None, "")],
         settings: None,
     };
     prune_unknown(&mut ledger, |k| *k == in_cluster, &response);
-    let left: Vec<_> = ledger
-        .errors
-        .pending()
-        .into_iter()
-        .map(|(k, _, _)| k.name.clone())
-        .collect();
+    let left: Vec<_> = ledger.errors.pending().into_iter().map(|(k, _, _)| k.name.clone()).collect();
     assert_eq!(left, ["in-cluster", "returned"]);
 }
