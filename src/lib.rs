@@ -2,6 +2,8 @@
 //! plane, over GitLab's Workspaces reconcile protocol. See DESIGN.md for the architecture.
 
 pub mod agent;
+pub mod cli;
+pub mod control_plane;
 pub mod crd;
 pub mod protocol;
 pub mod yaml;

@@ -1,0 +1,209 @@
+//! `wsync agents …` and `wsync workspaces …`: a client for the control plane's JSON API.
+
+use crate::control_plane::store::Workspace;
+use crate::protocol::ImagePullSecret;
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The control plane's base URL.
+    #[arg(long, env = "WSYNC_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    pub server: reqwest::Url,
+    /// File holding the control plane's admin token, if it requires one.
+    #[arg(long, env = "WSYNC_ADMIN_TOKEN_FILE", global = true)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum AgentsCommand {
+    /// Register an agent; prints its token once.
+    Register {
+        id: String,
+        /// `<namespace>/<name>` of a pull secret to copy into every workspace; repeatable.
+        #[arg(long = "image-pull-secret")]
+        image_pull_secrets: Vec<String>,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum WorkspacesCommand {
+    /// Create a workspace; it starts Running.
+    Create {
+        name: String,
+        #[arg(long)]
+        image: String,
+        #[arg(long)]
+        cpu: Option<String>,
+        #[arg(long)]
+        memory: Option<String>,
+        /// `KEY=VALUE`; repeatable.
+        #[arg(long = "env")]
+        env: Vec<String>,
+    },
+    List,
+    Get {
+        name: String,
+    },
+    Start {
+        name: String,
+    },
+    Stop {
+        name: String,
+    },
+    Restart {
+        name: String,
+    },
+    Terminate {
+        name: String,
+    },
+}
+
+fn client(server: &ServerArgs) -> crate::Result<(reqwest::Client, Option<String>)> {
+    let token = match &server.admin_token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| crate::Error::Config(format!("admin token file {}: {e}", path.display())))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| crate::Error::Config(e.to_string()))?;
+    Ok((http, token))
+}
+
+async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Option<Value>) -> crate::Result<Value> {
+    let (http, token) = client(server)?;
+    let url = server.server.join(path).map_err(|e| crate::Error::Config(e.to_string()))?;
+    let mut request = http.request(method, url.clone());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let fail = |message: String| crate::Error::Config(message);
+    let response = request.send().await.map_err(|e| fail(format!("{url}: {}", e.without_url())))?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        let message = body["error"].as_str().unwrap_or("no details");
+        return Err(fail(format!("the control plane answered {status}: {message}")));
+    }
+    Ok(body)
+}
+
+pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> crate::Result<()> {
+    match command {
+        AgentsCommand::Register { id, image_pull_secrets } => {
+            let secrets = image_pull_secrets
+                .iter()
+                .map(|s| {
+                    let (namespace, name) = s.split_once('/').ok_or_else(|| {
+                        crate::Error::Config(format!("--image-pull-secret {s:?}: use <namespace>/<name>"))
+                    })?;
+                    Ok(ImagePullSecret { name: name.into(), namespace: namespace.into() })
+                })
+                .collect::<crate::Result<Vec<_>>>()?;
+            let body = serde_json::json!({ "id": id, "image_pull_secrets": secrets });
+            let answer = call(server, reqwest::Method::POST, "api/v1/agents", Some(body)).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => {
+                    println!("agent {} registered; its token (shown once):", answer["id"].as_str().unwrap_or_default());
+                    println!("{}", answer["token"].as_str().unwrap_or_default());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCommand) -> crate::Result<()> {
+    let base = format!("api/v1/agents/{agent}/workspaces");
+    let (method, path, body) = match &command {
+        WorkspacesCommand::Create { name, image, cpu, memory, env } => {
+            let env: serde_json::Map<String, Value> = env
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv
+                        .split_once('=')
+                        .ok_or_else(|| crate::Error::Config(format!("--env {kv:?}: use KEY=VALUE")))?;
+                    Ok((k.to_string(), Value::from(v)))
+                })
+                .collect::<crate::Result<_>>()?;
+            let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env });
+            (reqwest::Method::POST, base.clone(), Some(body))
+        }
+        WorkspacesCommand::List => (reqwest::Method::GET, base.clone(), None),
+        WorkspacesCommand::Get { name } => (reqwest::Method::GET, format!("{base}/{name}"), None),
+        WorkspacesCommand::Start { name } => (reqwest::Method::POST, format!("{base}/{name}/start"), None),
+        WorkspacesCommand::Stop { name } => (reqwest::Method::POST, format!("{base}/{name}/stop"), None),
+        WorkspacesCommand::Restart { name } => (reqwest::Method::POST, format!("{base}/{name}/restart"), None),
+        WorkspacesCommand::Terminate { name } => (reqwest::Method::POST, format!("{base}/{name}/terminate"), None),
+    };
+    let answer = call(server, method, &path, body).await?;
+    if server.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
+        return Ok(());
+    }
+    let list: Vec<Workspace> = match answer {
+        Value::Array(_) => serde_json::from_value(answer),
+        single => serde_json::from_value(single).map(|w| vec![w]),
+    }
+    .map_err(|e| crate::Error::Config(format!("unexpected answer from the control plane: {e}")))?;
+    print!("{}", table(&list, crate::control_plane::store::now_ms()));
+    Ok(())
+}
+
+/// A human-readable table, one workspace a row; errors in full below their row.
+pub fn table(workspaces: &[Workspace], now: i64) -> String {
+    let rows: Vec<[String; 5]> = workspaces
+        .iter()
+        .map(|w| {
+            let report = match w.last_reported_at {
+                Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
+                None => "never".into(),
+            };
+            [
+                w.name.clone(),
+                w.namespace.clone(),
+                crate::control_plane::store::state_text(&w.desired_state),
+                crate::control_plane::store::state_text(&w.actual_state),
+                report,
+            ]
+        })
+        .collect();
+    let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("{}\n", padded.join("   ").trim_end())
+    };
+    let mut out = line(header);
+    for (row, workspace) in rows.iter().zip(workspaces) {
+        out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        if let Some(error) = &workspace.error {
+            out += &format!("  └ {} error: {}\n", error.error_type, error.message);
+        }
+    }
+    out
+}

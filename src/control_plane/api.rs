@@ -1,0 +1,220 @@
+//! HTTP: the agent-facing protocol endpoints, the JSON API for agents and workspaces, and the
+//! server-rendered web page.
+
+use super::pipeline::{self, PipelineConfig};
+use super::store::{NewWorkspace, Store, StoreError};
+use super::ui;
+use crate::protocol::{DesiredState, ErrorBody, ImagePullSecret, Prerequisites, ReconcileRequest};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::sync::Arc;
+
+pub struct AppState {
+    pub store: Store,
+    pub pipeline: PipelineConfig,
+    /// When set, the management API and the page require `Authorization: Bearer <it>`.
+    pub admin_token: Option<String>,
+    pub reconcile_path: String,
+    pub prerequisites_path: String,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(&state.reconcile_path, post(reconcile))
+        .route(&state.prerequisites_path, get(prerequisites))
+        .route("/api/v1/agents", post(register_agent))
+        .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
+        .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
+        .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
+        .route("/agents/{agent}", get(agent_page))
+        .route("/agents/{agent}/workspaces/{name}/{action}", post(page_action))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+/// An error answer: its status and `{"error": …}`.
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(message) => ApiError(StatusCode::CONFLICT, message),
+            other => {
+                tracing::error!(error = %other, "store failure");
+                ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+            }
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn not_found(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, message.into())
+}
+
+fn unauthorized() -> ApiError {
+    ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid payload: {e}")))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")
+}
+
+/// 401 for a missing or unknown token, the same either way: it never says whether an agent exists.
+async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<super::store::Agent, ApiError> {
+    let token = bearer(headers).ok_or_else(unauthorized)?;
+    state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
+}
+
+fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match &state.admin_token {
+        Some(expected) if bearer(headers) != Some(expected.as_str()) => Err(unauthorized()),
+        _ => Ok(()),
+    }
+}
+
+async fn reconcile(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    let agent = authenticate_agent(&state, &headers).await?;
+    let request: ReconcileRequest = parse(&body)?;
+    pipeline::validate(&request).map_err(bad_request)?;
+    let response = state.store.reconcile(&agent, &request, &state.pipeline).await?;
+    tracing::debug!(agent = %agent.id, update_type = %request.update_type, received = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+async fn prerequisites(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    authenticate_agent(&state, &headers).await?;
+    Ok(Json(Prerequisites::default()).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct RegisterAgent {
+    id: String,
+    #[serde(default)]
+    image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    authorize_admin(&state, &headers)?;
+    let request: RegisterAgent = parse(&body)?;
+    if !is_dns_label(&request.id) {
+        return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
+    }
+    let token = state.store.create_agent(&request.id, &request.image_pull_secrets).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
+}
+
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+async fn known_agent(state: &AppState, headers: &HeaderMap, agent: &str) -> Result<(), ApiError> {
+    authorize_admin(state, headers)?;
+    if state.store.agent_exists(agent).await? { Ok(()) } else { Err(not_found(format!("no agent {agent:?}"))) }
+}
+
+async fn list_workspaces(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+) -> ApiResult {
+    known_agent(&state, &headers, &agent).await?;
+    Ok(Json(state.store.workspaces(&agent).await?).into_response())
+}
+
+async fn create_workspace(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    known_agent(&state, &headers, &agent).await?;
+    let new: NewWorkspace = parse(&body)?;
+    if !is_dns_label(&new.name) {
+        return Err(bad_request("workspace name must be a DNS label: lowercase letters, digits and '-'"));
+    }
+    if new.image.trim().is_empty() {
+        return Err(bad_request("image is required"));
+    }
+    Ok((StatusCode::CREATED, Json(state.store.create_workspace(&agent, &new).await?)).into_response())
+}
+
+async fn get_workspace(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((agent, name)): Path<(String, String)>,
+) -> ApiResult {
+    authorize_admin(&state, &headers)?;
+    let workspace = state.store.workspace(&agent, &name).await?;
+    let workspace = workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))?;
+    Ok(Json(workspace).into_response())
+}
+
+pub fn desired_for_action(action: &str) -> Option<DesiredState> {
+    match action {
+        "start" => Some(DesiredState::Running),
+        "stop" => Some(DesiredState::Stopped),
+        "restart" => Some(DesiredState::RestartRequested),
+        "terminate" => Some(DesiredState::Terminated),
+        _ => None,
+    }
+}
+
+async fn set_desired(
+    state: &AppState,
+    headers: &HeaderMap,
+    (agent, name, action): (String, String, String),
+) -> Result<super::store::Workspace, ApiError> {
+    authorize_admin(state, headers)?;
+    let desired = desired_for_action(&action)
+        .ok_or_else(|| not_found(format!("unknown action {action:?}; use start, stop, restart or terminate")))?;
+    let workspace = state.store.set_desired(&agent, &name, desired).await?;
+    workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))
+}
+
+async fn workspace_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String)>,
+) -> ApiResult {
+    Ok(Json(set_desired(&state, &headers, target).await?).into_response())
+}
+
+async fn agent_page(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
+    known_agent(&state, &headers, &agent).await?;
+    let workspaces = state.store.workspaces(&agent).await?;
+    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, super::store::now_ms())).into_response())
+}
+
+async fn page_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String)>,
+) -> ApiResult {
+    let agent = target.0.clone();
+    set_desired(&state, &headers, target).await?;
+    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+}

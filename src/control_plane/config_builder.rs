@@ -1,0 +1,185 @@
+//! Builds a workspace's `config_to_apply` (DESIGN §3, "Config"): an inventory ConfigMap, a
+//! Deployment, a Service, a home PersistentVolumeClaim and a ServiceAccount.
+//!
+//! The output is deterministic (sorted keys, fixed order) and canonical: quantities are written
+//! as the apiserver prints them and no field is set that the server would default differently,
+//! so re-applying an unchanged config changes no resourceVersion.
+
+use crate::agent::apply_plan::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
+use crate::protocol::DesiredState;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+pub const PARTIAL_RECONCILIATION_ANNOTATION: &str = "workspaces.gitlab.com/include-in-partial-reconciliation";
+/// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
+pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkspaceSpec {
+    pub name: String,
+    pub namespace: String,
+    pub image: String,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub agent_id: String,
+    pub label_key: String,
+}
+
+/// The inventory's id, which is also its ConfigMap's name.
+pub fn inventory_id(name: &str) -> String {
+    format!("{name}-workspace-inventory")
+}
+
+/// The config for one workspace in its desired state.
+pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serde_yaml::Error> {
+    let inventory = inventory_id(&spec.name);
+    let labels = json!({ &spec.label_key: spec.agent_id, "app.kubernetes.io/name": spec.name, "app.kubernetes.io/managed-by": "wsync" });
+    let member_meta = |name: &str| {
+        json!({
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            "annotations": { OWNING_INVENTORY_ANNOTATION: inventory, PARTIAL_RECONCILIATION_ANNOTATION: "true" },
+        })
+    };
+    let selector = json!({ "app.kubernetes.io/name": spec.name });
+    let mut resources = serde_json::Map::new();
+    if let Some(cpu) = &spec.cpu {
+        resources.insert("cpu".into(), Value::from(cpu.as_str()));
+    }
+    if let Some(memory) = &spec.memory {
+        resources.insert("memory".into(), Value::from(memory.as_str()));
+    }
+    let resources =
+        if resources.is_empty() { json!({}) } else { json!({ "requests": resources.clone(), "limits": resources }) };
+    let env: Vec<Value> = spec.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect();
+    let mut container = json!({
+        "name": "workspace",
+        "image": spec.image,
+        "ports": [{ "containerPort": 8080, "name": "ide", "protocol": "TCP" }],
+        "volumeMounts": [{ "mountPath": "/home/workspace", "name": "home" }],
+    });
+    if !env.is_empty() {
+        container["env"] = Value::from(env);
+    }
+    if resources != json!({}) {
+        container["resources"] = resources;
+    }
+    let documents = [
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": inventory,
+                "namespace": spec.namespace,
+                "labels": { INVENTORY_ID_LABEL: inventory, &spec.label_key: spec.agent_id },
+            },
+        }),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": member_meta(&spec.name),
+            "spec": {
+                "replicas": crate::control_plane::rules::replicas(desired),
+                "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+                "selector": { "matchLabels": selector },
+                "strategy": { "type": "Recreate" },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": {
+                        "serviceAccountName": spec.name,
+                        "containers": [container],
+                        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", spec.name) } }],
+                    },
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": member_meta(&spec.name),
+            "spec": {
+                "selector": selector,
+                "ports": [{ "name": "ide", "port": 80, "protocol": "TCP", "targetPort": 8080 }],
+            },
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": member_meta(&format!("{}-home", spec.name)),
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": { "requests": { "storage": "1Gi" } },
+            },
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": member_meta(&spec.name),
+            "automountServiceAccountToken": false,
+        }),
+    ];
+    let mut stream = String::new();
+    for document in &documents {
+        stream.push_str("---\n");
+        stream.push_str(&crate::yaml::to_string(document)?);
+    }
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::apply_plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+
+    fn spec() -> WorkspaceSpec {
+        WorkspaceSpec {
+            name: "alice".into(),
+            namespace: "wsync-1-alice".into(),
+            image: "busybox:1.36".into(),
+            cpu: Some("500m".into()),
+            memory: Some("256Mi".into()),
+            env: BTreeMap::from([("EDITOR".into(), "vim".into())]),
+            agent_id: "1".into(),
+            label_key: "agent.gitlab.com/id".into(),
+        }
+    }
+
+    #[test]
+    fn the_same_input_gives_the_same_bytes() {
+        assert_eq!(build(&spec(), DesiredState::Running).unwrap(), build(&spec(), DesiredState::Running).unwrap());
+    }
+
+    #[test]
+    fn replicas_follow_the_desired_state() {
+        let objects = |desired| crate::yaml::parse_objects(&build(&spec(), desired).unwrap()).unwrap();
+        let replicas = |desired| objects(desired)[1].data["spec"]["replicas"].as_i64();
+        assert_eq!(replicas(DesiredState::Running), Some(1));
+        assert_eq!(replicas(DesiredState::Stopped), Some(0));
+        assert_eq!(replicas(DesiredState::RestartRequested), Some(0));
+    }
+
+    #[test]
+    fn the_agents_policy_accepts_it_as_one_whole_inventory() {
+        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
+        let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
+        assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "PersistentVolumeClaim", "ServiceAccount"]);
+        for member in &objects[1..] {
+            let annotations = member.metadata.annotations.as_ref().unwrap();
+            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], "alice-workspace-inventory");
+            assert_eq!(annotations[PARTIAL_RECONCILIATION_ANNOTATION], "true");
+            assert_eq!(member.metadata.labels.as_ref().unwrap()["agent.gitlab.com/id"], "1");
+        }
+        let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
+        let plans = plan(objects, "wsync-1-alice", &policy, |_| true).unwrap();
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].members.len(), 4);
+    }
+
+    #[test]
+    fn a_rollout_has_a_progress_deadline() {
+        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
+        assert_eq!(objects[1].data["spec"]["progressDeadlineSeconds"], PROGRESS_DEADLINE_SECONDS);
+    }
+}

@@ -1,0 +1,273 @@
+//! Persistence with sqlx: embedded SQLite by default, PostgreSQL for a `postgres://` URL.
+//! One schema serves both (migrations/), through sqlx's `Any` driver.
+
+use crate::protocol::{ActualState, DesiredState, ImagePullSecret};
+use sha2::{Digest, Sha256};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+use std::collections::BTreeMap;
+
+#[derive(thiserror::Error, Debug)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub id: String,
+    pub image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Workspace {
+    pub agent_id: String,
+    pub name: String,
+    pub namespace: String,
+    pub image: String,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub desired_state_updated_at: i64,
+    pub actual_state_updated_at: i64,
+    pub deployment_resource_version: Option<String>,
+    pub responded_to_agent_at: Option<i64>,
+    pub force_include_all_resources: bool,
+    pub last_reported_at: Option<i64>,
+    pub error: Option<WorkspaceError>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkspaceError {
+    pub error_type: String,
+    pub message: String,
+    pub first_seen: i64,
+    pub last_seen: i64,
+    /// The desired state when the error arrived; if it differs now, the error predates the change.
+    pub desired_state: DesiredState,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct NewWorkspace {
+    pub name: String,
+    pub image: String,
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+pub fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// Tokens are stored as their SHA-256: a leaked database leaks no agent's credentials.
+pub fn hash_token(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn new_token() -> StoreResult<String> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Conflict(format!("no randomness for a token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn enum_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
+    serde_json::from_value(serde_json::Value::from(text))
+        .map_err(|_| StoreError::Corrupt(format!("unknown state {text:?}")))
+}
+
+pub(crate) const WORKSPACE_COLUMNS: &str = "agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
+     desired_state_updated_at, actual_state_updated_at, deployment_resource_version, responded_to_agent_at, \
+     force_include_all_resources, last_reported_at, error_type, error_message, error_first_seen, error_last_seen, \
+     error_desired_state, created_at";
+
+pub(crate) fn workspace_from_row(row: &AnyRow) -> StoreResult<Workspace> {
+    let env: String = row.try_get("env")?;
+    let error = match row.try_get::<Option<String>, _>("error_type")? {
+        Some(error_type) => Some(WorkspaceError {
+            error_type,
+            message: row.try_get::<Option<String>, _>("error_message")?.unwrap_or_default(),
+            first_seen: row.try_get::<Option<i64>, _>("error_first_seen")?.unwrap_or_default(),
+            last_seen: row.try_get::<Option<i64>, _>("error_last_seen")?.unwrap_or_default(),
+            desired_state: parse_enum(&row.try_get::<Option<String>, _>("error_desired_state")?.unwrap_or_default())?,
+        }),
+        None => None,
+    };
+    Ok(Workspace {
+        agent_id: row.try_get("agent_id")?,
+        name: row.try_get("name")?,
+        namespace: row.try_get("namespace")?,
+        image: row.try_get("image")?,
+        cpu: row.try_get("cpu")?,
+        memory: row.try_get("memory")?,
+        env: serde_json::from_str(&env).map_err(|e| StoreError::Corrupt(format!("env: {e}")))?,
+        desired_state: parse_enum(&row.try_get::<String, _>("desired_state")?)?,
+        actual_state: parse_enum(&row.try_get::<String, _>("actual_state")?)?,
+        desired_state_updated_at: row.try_get("desired_state_updated_at")?,
+        actual_state_updated_at: row.try_get("actual_state_updated_at")?,
+        deployment_resource_version: row.try_get("deployment_resource_version")?,
+        responded_to_agent_at: row.try_get("responded_to_agent_at")?,
+        force_include_all_resources: row.try_get::<i64, _>("force_include_all_resources")? != 0,
+        last_reported_at: row.try_get("last_reported_at")?,
+        error,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) pool: AnyPool,
+}
+
+impl Store {
+    /// Open (and for SQLite, create) the database, and migrate it.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        sqlx::any::install_default_drivers();
+        let url = if url.starts_with("sqlite:") && !url.contains("mode=") {
+            format!("{url}{}mode=rwc", if url.contains('?') { "&" } else { "?" })
+        } else {
+            url.to_string()
+        };
+        // SQLite has one writer: one connection avoids "database is locked" under load.
+        let max = if url.starts_with("sqlite:") { 1 } else { 8 };
+        let pool = AnyPoolOptions::new().max_connections(max).connect(&url).await?;
+        if url.starts_with("sqlite:") {
+            sqlx::query("PRAGMA foreign_keys = ON").execute(&pool).await?;
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
+        }
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Register an agent; returns its token, which is shown once and stored hashed.
+    pub async fn create_agent(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<String> {
+        let token = new_token()?;
+        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query("INSERT INTO agents (id, token_hash, image_pull_secrets, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(id)
+            .bind(hash_token(&token))
+            .bind(secrets)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| conflict(e, format!("agent {id:?} already exists")))?;
+        Ok(token)
+    }
+
+    pub async fn agent_by_token(&self, token: &str) -> StoreResult<Option<Agent>> {
+        let row = sqlx::query("SELECT id, image_pull_secrets FROM agents WHERE token_hash = $1")
+            .bind(hash_token(token))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            let secrets: String = row.try_get("image_pull_secrets")?;
+            Ok(Agent {
+                id: row.try_get("id")?,
+                image_pull_secrets: serde_json::from_str(&secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn agent_exists(&self, id: &str) -> StoreResult<bool> {
+        Ok(sqlx::query("SELECT id FROM agents WHERE id = $1").bind(id).fetch_optional(&self.pool).await?.is_some())
+    }
+
+    pub async fn create_workspace(&self, agent_id: &str, new: &NewWorkspace) -> StoreResult<Workspace> {
+        let now = now_ms();
+        let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
+             desired_state_updated_at, actual_state_updated_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(agent_id)
+        .bind(&new.name)
+        .bind(workspace_namespace(agent_id, &new.name))
+        .bind(&new.image)
+        .bind(new.cpu.clone())
+        .bind(new.memory.clone())
+        .bind(env)
+        .bind(enum_text(&DesiredState::Running))
+        .bind(enum_text(&ActualState::CreationRequested))
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;
+        self.workspace(agent_id, &new.name).await?.ok_or_else(|| StoreError::Corrupt("inserted row vanished".into()))
+    }
+
+    pub async fn workspace(&self, agent_id: &str, name: &str) -> StoreResult<Option<Workspace>> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 AND name = $2");
+        let row = sqlx::query(&sql).bind(agent_id).bind(name).fetch_optional(&self.pool).await?;
+        row.as_ref().map(workspace_from_row).transpose()
+    }
+
+    pub async fn workspaces(&self, agent_id: &str) -> StoreResult<Vec<Workspace>> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name");
+        let rows = sqlx::query(&sql).bind(agent_id).fetch_all(&self.pool).await?;
+        rows.iter().map(workspace_from_row).collect()
+    }
+
+    /// Set the desired state. `Terminated` is final: a terminated workspace cannot be revived.
+    pub async fn set_desired(
+        &self,
+        agent_id: &str,
+        name: &str,
+        desired: DesiredState,
+    ) -> StoreResult<Option<Workspace>> {
+        let Some(current) = self.workspace(agent_id, name).await? else { return Ok(None) };
+        if current.desired_state == DesiredState::Terminated && desired != DesiredState::Terminated {
+            return Err(StoreError::Conflict(format!("workspace {name:?} is terminated; that is final")));
+        }
+        if current.desired_state != desired {
+            sqlx::query(
+                "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 WHERE agent_id = $3 AND name = $4",
+            )
+            .bind(enum_text(&desired))
+            .bind(now_ms())
+            .bind(agent_id)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        }
+        self.workspace(agent_id, name).await
+    }
+}
+
+/// A workspace's namespace: stable, and unique per agent and name.
+pub fn workspace_namespace(agent_id: &str, name: &str) -> String {
+    format!("wsync-{agent_id}-{name}")
+}
+
+pub(crate) fn state_text<T: serde::Serialize>(value: &T) -> String {
+    enum_text(value)
+}
+
+fn conflict(error: sqlx::Error, message: String) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(message),
+        _ => StoreError::Database(error),
+    }
+}

@@ -1,0 +1,116 @@
+//! The server-rendered page for one agent's workspaces. Every value is escaped.
+
+use super::store::Workspace;
+use std::fmt::Write;
+
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn ago(now: i64, at: Option<i64>) -> String {
+    let Some(at) = at else { return "never".into() };
+    let seconds = (now - at).max(0) / 1000;
+    match seconds {
+        0..=59 => format!("{seconds}s ago"),
+        60..=3599 => format!("{}m ago", seconds / 60),
+        _ => format!("{}h ago", seconds / 3600),
+    }
+}
+
+fn state<T: serde::Serialize>(value: &T) -> String {
+    super::store::state_text(value)
+}
+
+pub fn agent_page(agent: &str, workspaces: &[Workspace], now: i64) -> String {
+    let agent_html = escape(agent);
+    let mut rows = String::new();
+    for w in workspaces {
+        let error = match &w.error {
+            None => String::new(),
+            Some(e) => {
+                let stale = if e.desired_state != w.desired_state {
+                    format!(
+                        "<p class=\"stale\">This error is from before the desired state changed from {} to {}.</p>",
+                        escape(&state(&e.desired_state)),
+                        escape(&state(&w.desired_state))
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "<div class=\"error\"><strong>{} error</strong> (first seen {}, last seen {})<pre>{}</pre>{stale}</div>",
+                    escape(&e.error_type),
+                    ago(now, Some(e.first_seen)),
+                    ago(now, Some(e.last_seen)),
+                    escape(&e.message)
+                )
+            }
+        };
+        let name = escape(&w.name);
+        let mut buttons = String::new();
+        for (action, label) in
+            [("start", "Start"), ("stop", "Stop"), ("restart", "Restart"), ("terminate", "Terminate")]
+        {
+            let _ = write!(
+                buttons,
+                "<form method=\"post\" action=\"/agents/{agent_html}/workspaces/{name}/{action}\"><button type=\"submit\">{label}</button></form>"
+            );
+        }
+        let _ = write!(
+            rows,
+            "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
+             <tr class=\"details\"><td colspan=\"6\">{error}</td></tr>\n",
+            escape(&w.namespace),
+            escape(&state(&w.desired_state)),
+            escape(&state(&w.actual_state)),
+            ago(now, w.last_reported_at),
+        );
+    }
+    if workspaces.is_empty() {
+        rows.push_str(
+            "<tr><td colspan=\"6\">No workspaces yet. Create one with <code>wsync workspaces create</code>.</td></tr>",
+        );
+    }
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>wsync: agent {agent_html}</title>\
+<meta http-equiv=\"refresh\" content=\"5\">\
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;width:100%}}\
+th,td{{text-align:left;padding:.3em .6em;border-bottom:1px solid #ddd;vertical-align:top}}\
+tr.details td{{border-bottom:2px solid #999}}.actions form{{display:inline}}\
+.error{{background:#fee;border:1px solid #c00;padding:.4em}}.error pre{{white-space:pre-wrap;margin:.3em 0}}\
+.stale{{color:#666;font-style:italic;margin:0}}</style></head>\
+<body><h1>Workspaces of agent {agent_html}</h1>\
+<table><thead><tr><th>Workspace</th><th>Namespace</th><th>Desired</th><th>Actual</th><th>Last report</th><th></th></tr></thead>\
+<tbody>\n{rows}</tbody></table></body></html>\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_everything_a_person_could_inject() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;"
+        );
+    }
+
+    #[test]
+    fn relative_times() {
+        assert_eq!(ago(120_000, Some(60_000)), "1m ago");
+        assert_eq!(ago(5_000, None), "never");
+    }
+}
