@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The local demo: a real kube-apiserver and controller manager, the wsync agent, a scripted
-# control plane, and a sample workspace. It leaves nothing running when it exits.
+# The local demo: a real kube-apiserver and controller manager, the wsync control plane on
+# SQLite, the wsync agent, and a sample workspace taken through its life. It leaves nothing
+# running when it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+say() { printf '   %s\n' "$*"; }
 
 hack/install-prerequisites.sh
 started_cluster=0
@@ -20,61 +22,73 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  kubectl delete namespace demo-ws-1 --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kubectl delete namespace -l agent.gitlab.com/id=demo --wait=false >/dev/null 2>&1 || true
   kubectl -n wsync-system delete wss demo --ignore-not-found >/dev/null 2>&1 || true
-  [ "$started_cluster" = 1 ] && hack/local-cluster.sh down
+  if [ "$started_cluster" = 1 ]; then hack/local-cluster.sh down; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 step "Building wsync"
-cargo build -q --bin wsync --example demo_control_plane
+cargo build -q --bin wsync --example kubelet_standin
+wsync=target/debug/wsync
+port=18480
+export WSYNC_SERVER=http://127.0.0.1:$port WSYNC_AGENT_ID=demo
 
 step "Installing the WorkspaceSyncStatus CRD"
 kubectl apply -k crds/
 kubectl wait --for=condition=Established crd/workspacesyncstatuses.wsync.dev --timeout=30s >/dev/null
 kubectl create namespace wsync-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-step "Starting a scripted control plane (it hands every workspace an inventory, a ConfigMap and a Service)"
-target/debug/examples/demo_control_plane >"$work/control-plane.url" 2>"$work/control-plane.log" &
+step "Starting the control plane (SQLite at $work/control-plane.db)"
+$wsync control-plane --listen "127.0.0.1:$port" --database-url "sqlite://$work/control-plane.db" \
+  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 50); do [ -s "$work/control-plane.url" ] && break; sleep 0.1; done
-url=$(cat "$work/control-plane.url")
-echo "listening on $url"
+for _ in $(seq 1 50); do curl -fs "$WSYNC_SERVER/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+say "listening on $WSYNC_SERVER; the page is $WSYNC_SERVER/agents/demo"
 
-step "Creating a sample workspace: Deployment demo-ws-1/ws-1, labelled agent.gitlab.com/id=demo"
-kubectl create namespace demo-ws-1 --dry-run=client -o yaml \
-  | kubectl label --local -f - agent.gitlab.com/id=demo -o yaml | kubectl apply -f - >/dev/null
-kubectl -n demo-ws-1 create deployment ws-1 --image=busybox:1.36 --dry-run=client -o yaml \
-  | kubectl label --local -f - agent.gitlab.com/id=demo -o yaml | kubectl apply -f -
+step "Registering an agent; the control plane answers with its token, once"
+$wsync agents register demo -o json | sed -n 's/.*"token":"\([^"]*\)".*/\1/p' >"$work/token"
+say "token saved to $work/token"
 
-step "Starting the agent"
-echo demo-token >"$work/token"
-target/debug/wsync agent --agent-id demo --namespace wsync-system --control-plane-url "$url" \
+step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
+$wsync agent --agent-id demo --namespace wsync-system --control-plane-url "$WSYNC_SERVER" \
   --token-file "$work/token" >"$work/agent.log" 2>&1 &
 pids+=($!)
-kubectl -n wsync-system wait --for=condition=Ready wss/demo --timeout=60s >/dev/null 2>&1 \
-  || { sleep 2; kubectl -n wsync-system wait --for=condition=Ready wss/demo --timeout=60s; }
+target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1 &
+pids+=($!)
+
+wait_for() {
+  local want=$1
+  for _ in $(seq 1 120); do
+    if $wsync workspaces get alice -o json 2>/dev/null | grep -q "\"actual_state\": \"$want\""; then return 0; fi
+    sleep 1
+  done
+  echo "timed out waiting for alice to be $want; agent log:" >&2
+  tail -20 "$work/agent.log" >&2
+  return 1
+}
+
+step "Creating workspace alice"
+$wsync workspaces create alice --image busybox:1.36 --cpu 100m --memory 64Mi
+wait_for Running
+$wsync workspaces list
+echo
 kubectl -n wsync-system get wss demo
+echo
+kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap
 
-step "What the control plane heard: a full sync first"
-head -3 "$work/control-plane.log"
+step "Stopping alice: the agent scales it to 0 and reports it Stopped"
+$wsync workspaces stop alice >/dev/null
+wait_for Stopped
+$wsync workspaces list
 
-step "The config the control plane returned, applied by the agent with server-side apply"
-sleep 1
-kubectl -n demo-ws-1 get configmap,service
-
-step "Scaling the workspace to 0: the change reaches the control plane in a prompt partial sync"
-mark=$(wc -l <"$work/control-plane.log")
-kubectl -n demo-ws-1 scale deployment/ws-1 --replicas=0
-sleep 3
-tail -n +"$((mark + 1))" "$work/control-plane.log" | grep -v '\[\]' | head -3 || true
-
-step "Requesting a full resync with an annotation"
-mark=$(wc -l <"$work/control-plane.log")
-kubectl -n wsync-system annotate wss/demo wsync.dev/resync-requested="$(date +%s)" --overwrite
-sleep 2
-tail -n +"$((mark + 1))" "$work/control-plane.log" | grep full | head -1 || true
+step "Terminating alice: the agent deletes its namespace and reports Terminating, then Terminated"
+$wsync workspaces terminate alice >/dev/null
+wait_for Terminated
+$wsync workspaces list
+kubectl get namespace wsync-demo-alice 2>&1 | sed 's/^/   /' || true
+echo
 kubectl -n wsync-system get wss demo
 
 step "Done; stopping everything"

@@ -7,6 +7,11 @@ command -v curl >/dev/null || missing+=(curl)
 command -v openssl >/dev/null || missing+=(openssl)
 # Debian's kubectl is 1.20, the test apiserver's own version.
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
+if [ "${1:-}" = --tests ]; then
+  # The page test loads the control plane's page in a real browser; the store suite runs on PostgreSQL.
+  command -v chromium >/dev/null || missing+=(chromium)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints, unit tests, and the real-apiserver tier.
-# Brings up (and, the first time, builds) the local kube-apiserver; a missing one fails the run.
+# Brings up (and, the first time, builds) the local kube-apiserver, and a throw-away
+# PostgreSQL; a missing one fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-hack/install-prerequisites.sh
+hack/install-prerequisites.sh --tests
 
-# Stop the cluster afterwards only if this run started it.
+# Stop what this run started, and only that.
+cleanup=()
+trap 'for c in "${cleanup[@]}"; do $c || true; done' EXIT
 if ! hack/local-cluster.sh status; then
   hack/local-cluster.sh up
-  trap 'hack/local-cluster.sh down' EXIT
+  cleanup+=("hack/local-cluster.sh down")
 fi
 eval "$(hack/local-cluster.sh env)"
+if ! eval "$(hack/local-postgres.sh env)" || ! psql "$WSYNC_TEST_POSTGRES_URL" -c 'select 1' >/dev/null 2>&1; then
+  hack/local-postgres.sh up
+  cleanup+=("hack/local-postgres.sh down")
+fi
+eval "$(hack/local-postgres.sh env)"
 
 echo "== cargo fmt --check"
 cargo fmt --all --check

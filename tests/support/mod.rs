@@ -2,6 +2,7 @@
 //! child process, kubectl, the audit log, and a scripted control-plane stub.
 #![allow(dead_code)]
 
+pub mod kubelet;
 pub mod stub;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -144,9 +145,13 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Start an agent with short timings suited to tests; `extra` overrides flags.
     pub fn start(env: &TestEnv, id: &str, control_plane_url: &str, extra: &[&str]) -> Self {
+        Self::start_with_token(env, id, control_plane_url, stub::STUB_TOKEN, extra)
+    }
+
+    pub fn start_with_token(env: &TestEnv, id: &str, control_plane_url: &str, token: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let token_file = dir.path().join("token");
-        std::fs::write(&token_file, stub::STUB_TOKEN).expect("write token");
+        std::fs::write(&token_file, token).expect("write token");
         let mut args: Vec<String> = vec![
             "agent".into(),
             "--agent-id".into(),
@@ -296,4 +301,103 @@ pub fn config_map(namespace: &str, name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\ndata:\n  greeting: hello\n"
     )
+}
+
+/// A port that was free a moment ago, for a child process to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// The real `wsync control-plane`, as a child process.
+pub struct ControlPlaneProcess {
+    child: Option<Child>,
+    args: Vec<String>,
+    pub url: String,
+    log: PathBuf,
+}
+
+impl ControlPlaneProcess {
+    pub fn start(database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "control-plane".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--database-url".into(),
+            database_url.into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut process = Self { child: None, args, url: format!("http://127.0.0.1:{port}"), log };
+        process.spawn();
+        process
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("control-plane log");
+        let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(&self.args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn wsync control-plane");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while reqwest_blocking_ok(&format!("{}/healthz", self.url)).is_none() {
+            assert!(Instant::now() < deadline, "the control plane did not come up:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Run `wsync <args>` against this control plane; stdout on success, panic otherwise.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(args)
+            .env("WSYNC_SERVER", &self.url)
+            .output()
+            .expect("run wsync");
+        assert!(out.status.success(), "wsync {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
+
+impl Drop for ControlPlaneProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- control plane logs ----\n{}", self.logs());
+        }
+    }
+}
+
+/// A plain HTTP GET over a TCP socket; Some(body) on a 200.
+fn reqwest_blocking_ok(url: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .lines()
+        .next()
+        .is_some_and(|status| status.contains(" 200 "))
+        .then(|| response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
 }

@@ -71,8 +71,6 @@ pub struct Script {
     pub always_return: Vec<(String, String)>,
     /// Workspaces never returned, so their errors are never acknowledged.
     pub never_return: Vec<(String, String)>,
-    /// Config for workspaces without an entry in `configs`; `{namespace}` and `{name}` are filled in.
-    pub config_template: Option<String>,
 }
 
 impl Script {
@@ -116,10 +114,7 @@ impl Script {
             desired_state: DesiredState::Running,
             actual_state: ActualState::Running,
             deployment_resource_version: rv,
-            config_to_apply: self.configs.get(key).cloned().unwrap_or_else(|| {
-                let template = self.config_template.as_deref().unwrap_or_default();
-                template.replace("{namespace}", &key.0).replace("{name}", &key.1)
-            }),
+            config_to_apply: self.configs.get(key).cloned().unwrap_or_default(),
             image_pull_secrets: vec![],
         }
     }

@@ -1,0 +1,155 @@
+//! The control plane's store and reconcile pipeline, the same suite on SQLite and PostgreSQL.
+//! PostgreSQL comes from `hack/local-postgres.sh`; a missing one fails the run, never skips.
+
+use serde_json::json;
+use std::process::Command;
+use std::sync::OnceLock;
+use wsync::control_plane::pipeline::PipelineConfig;
+use wsync::control_plane::rules::Lifecycle;
+use wsync::control_plane::store::{NewWorkspace, Store, StoreError};
+use wsync::protocol::*;
+
+fn pipeline() -> PipelineConfig {
+    PipelineConfig {
+        settings: Settings { full_reconciliation_interval_seconds: 60, partial_reconciliation_interval_seconds: 2 },
+        lifecycle: Lifecycle { max_running_ms: 3_600_000, max_stopped_ms: 3_600_000 },
+        label_key: "agent.gitlab.com/id".into(),
+    }
+}
+
+fn running_deployment(name: &str, rv: &str) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "resourceVersion": rv},
+        "spec": {"replicas": 1},
+        "status": {"availableReplicas": 1, "conditions": [
+            {"type": "Available", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "reason": "NewReplicaSetAvailable"}]}
+    })
+}
+
+fn request(update_type: UpdateType, infos: Vec<WorkspaceAgentInfo>) -> ReconcileRequest {
+    ReconcileRequest { update_type, workspace_agent_infos: infos }
+}
+
+fn report(namespace: &str, name: &str) -> WorkspaceAgentInfo {
+    WorkspaceAgentInfo { name: name.into(), namespace: namespace.into(), ..Default::default() }
+}
+
+async fn suite(store: Store) {
+    // Agents: a token, stored hashed, finds its agent and nothing else.
+    let token = store
+        .create_agent("a1", &[ImagePullSecret { name: "regcred".into(), namespace: "default".into() }])
+        .await
+        .unwrap();
+    let agent = store.agent_by_token(&token).await.unwrap().expect("the agent");
+    assert_eq!(agent.id, "a1");
+    assert!(store.agent_by_token("not-a-token").await.unwrap().is_none());
+    assert!(matches!(store.create_agent("a1", &[]).await, Err(StoreError::Conflict(_))));
+    let other_token = store.create_agent("a2", &[]).await.unwrap();
+    let other = store.agent_by_token(&other_token).await.unwrap().expect("the other agent");
+
+    let new = NewWorkspace {
+        name: "ws".into(),
+        image: "busybox:1.36".into(),
+        cpu: None,
+        memory: Some("64Mi".into()),
+        env: Default::default(),
+    };
+    let created = store.create_workspace("a1", &new).await.unwrap();
+    assert_eq!((created.desired_state, created.actual_state), (DesiredState::Running, ActualState::CreationRequested));
+    assert!(matches!(store.create_workspace("a1", &new).await, Err(StoreError::Conflict(_))));
+    let ns = created.namespace.clone();
+
+    // Never responded: a partial returns it with config, and the pull secrets.
+    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    assert_eq!(answer.workspace_rails_infos.len(), 1);
+    let info = &answer.workspace_rails_infos[0];
+    assert!(info.config_to_apply.contains("kind: Deployment"));
+    assert_eq!(info.image_pull_secrets.len(), 1);
+    assert_eq!(answer.settings.map(|s| s.partial_reconciliation_interval_seconds), Some(2));
+    // Stamped: the next idle partial returns nothing.
+    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    assert!(answer.workspace_rails_infos.is_empty());
+
+    // A report persists the actual state and acknowledges the resourceVersion.
+    let mut running = report(&ns, "ws");
+    running.latest_k8s_deployment_info = Some(running_deployment("ws", "42"));
+    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![running]), &pipeline()).await.unwrap();
+    let info = &answer.workspace_rails_infos[0];
+    assert_eq!(info.actual_state, ActualState::Running);
+    assert_eq!(info.deployment_resource_version.as_deref(), Some("42"));
+    assert_eq!(store.workspace("a1", "ws").await.unwrap().unwrap().actual_state, ActualState::Running);
+
+    // An error is kept with its message until a report without one.
+    let mut failed = report(&ns, "ws");
+    failed.error_details = Some(ErrorDetails {
+        error_type: ErrorType::Applier,
+        error_message: "Deployment.apps \"ws\" is invalid".into(),
+    });
+    store.reconcile(&agent, &request(UpdateType::Partial, vec![failed]), &pipeline()).await.unwrap();
+    let stored = store.workspace("a1", "ws").await.unwrap().unwrap();
+    assert_eq!(stored.actual_state, ActualState::Error);
+    let error = stored.error.expect("the error is persisted");
+    assert_eq!((error.error_type.as_str(), error.message.as_str()), ("applier", "Deployment.apps \"ws\" is invalid"));
+    let mut healthy = report(&ns, "ws");
+    healthy.latest_k8s_deployment_info = Some(running_deployment("ws", "43"));
+    store.reconcile(&agent, &request(UpdateType::Partial, vec![healthy]), &pipeline()).await.unwrap();
+    assert!(store.workspace("a1", "ws").await.unwrap().unwrap().error.is_none());
+
+    // A desired-state change is returned in the next partial, with replicas 0.
+    store.set_desired("a1", "ws", DesiredState::Stopped).await.unwrap();
+    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    assert_eq!(answer.workspace_rails_infos[0].desired_state, DesiredState::Stopped);
+    assert!(answer.workspace_rails_infos[0].config_to_apply.contains("replicas: 0"));
+
+    // An agent sees only its own workspaces; reports about others are ignored.
+    let answer =
+        store.reconcile(&other, &request(UpdateType::Full, vec![report(&ns, "ws")]), &pipeline()).await.unwrap();
+    assert!(answer.workspace_rails_infos.is_empty());
+
+    // Terminated is final; once the agent reports it Terminated, a full leaves it out.
+    store.set_desired("a1", "ws", DesiredState::Terminated).await.unwrap();
+    assert!(matches!(store.set_desired("a1", "ws", DesiredState::Running).await, Err(StoreError::Conflict(_))));
+    let mut gone = report(&ns, "ws");
+    gone.termination_progress = Some(TerminationProgress::Terminated);
+    store.reconcile(&agent, &request(UpdateType::Partial, vec![gone]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, &request(UpdateType::Full, vec![]), &pipeline()).await.unwrap();
+    assert!(answer.workspace_rails_infos.is_empty());
+}
+
+#[tokio::test]
+async fn sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&format!("sqlite://{}/store.db", dir.path().display())).await.unwrap();
+    suite(store).await;
+    // Reopening migrates nothing twice and finds the data.
+    let again = Store::connect(&format!("sqlite://{}/store.db", dir.path().display())).await.unwrap();
+    assert!(again.workspace("a1", "ws").await.unwrap().is_some());
+}
+
+fn postgres_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-postgres.sh");
+        let up = Command::new(script).arg("up").status().expect("run hack/local-postgres.sh");
+        assert!(up.success(), "PostgreSQL did not come up (hack/local-postgres.sh up)");
+        let out = Command::new(script).arg("env").output().expect("run hack/local-postgres.sh env");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .strip_prefix("export WSYNC_TEST_POSTGRES_URL=")
+            .expect("a URL")
+            .to_string()
+    })
+}
+
+#[tokio::test]
+async fn postgres() {
+    sqlx::any::install_default_drivers();
+    let admin = postgres_url();
+    let database = format!("store_{}", std::process::id());
+    let pool = sqlx::AnyPool::connect(admin).await.expect("PostgreSQL is reachable");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.unwrap();
+    let url = admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).unwrap();
+    suite(Store::connect(&url).await.unwrap()).await;
+}
