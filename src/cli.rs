@@ -69,15 +69,7 @@ pub enum WorkspacesCommand {
 }
 
 fn client(server: &ServerArgs) -> crate::Result<(reqwest::Client, Option<String>)> {
-    let token = match &server.admin_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| crate::Error::Config(format!("admin token file {}: {e}", path.display())))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let token = server.admin_token_file.as_deref().map(crate::read_token_file).transpose()?;
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()

@@ -31,6 +31,18 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Read a token from a file (a mounted Secret, say), trimmed; the error names the file only.
+pub fn read_token_file(path: &std::path::Path) -> Result<String> {
+    let token = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("token file {}: {e}", path.display())))?
+        .trim()
+        .to_string();
+    if token.is_empty() {
+        return Err(Error::Config(format!("token file {} is empty", path.display())));
+    }
+    Ok(token)
+}
+
 /// Install rustls' ring provider once. kube and reqwest share it; without a default, a build
 /// with two providers panics at the first TLS connection.
 pub fn install_crypto_provider() {

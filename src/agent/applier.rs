@@ -55,8 +55,19 @@ async fn resolve_scopes(
     Ok(scopes)
 }
 
-/// The workspace namespace must be new, or already carry this agent's label.
-async fn ensure_own_namespace(cluster: &Cluster, policy: &ApplyPolicy, namespace: &str) -> Result<(), ApplyError> {
+/// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
+enum Namespace {
+    Missing,
+    Ours,
+}
+
+/// The namespace rule, shared by apply and termination: never a protected namespace, and
+/// only one that is new or already carries this agent's label.
+async fn namespace_ownership(
+    cluster: &Cluster,
+    policy: &ApplyPolicy,
+    namespace: &str,
+) -> Result<Namespace, ApplyError> {
     let kubernetes = |message: String| (ErrorType::Kubernetes, message);
     if policy.protected_namespace(namespace) {
         return Err(kubernetes(format!("refused: namespace {namespace} is protected")));
@@ -65,22 +76,25 @@ async fn ensure_own_namespace(cluster: &Cluster, policy: &ApplyPolicy, namespace
         .namespace_labels(namespace)
         .await
         .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+    let config = cluster.config();
     match labels {
-        None => cluster
-            .ensure_namespace(namespace)
-            .await
-            .map_err(|e| kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))),
-        Some(labels) if owned_by_agent(cluster, &labels) => Ok(()),
+        None => Ok(Namespace::Missing),
+        Some(labels) if labels.get(&config.workspace_label_key) == Some(&config.agent_id) => Ok(Namespace::Ours),
         Some(_) => Err(kubernetes(format!(
             "refused: namespace {namespace} exists and is not labelled {}={}",
-            cluster.config().workspace_label_key,
-            cluster.config().agent_id
+            config.workspace_label_key, config.agent_id
         ))),
     }
 }
 
-fn owned_by_agent(cluster: &Cluster, labels: &std::collections::BTreeMap<String, String>) -> bool {
-    labels.get(&cluster.config().workspace_label_key) == Some(&cluster.config().agent_id)
+async fn ensure_own_namespace(cluster: &Cluster, policy: &ApplyPolicy, namespace: &str) -> Result<(), ApplyError> {
+    match namespace_ownership(cluster, policy, namespace).await? {
+        Namespace::Ours => Ok(()),
+        Namespace::Missing => cluster
+            .ensure_namespace(namespace)
+            .await
+            .map_err(|e| (ErrorType::Kubernetes, format!("creating namespace {namespace}: {}", api_message(&e)))),
+    }
 }
 
 async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Result<(), String> {
@@ -127,25 +141,12 @@ pub async fn terminate_workspace(
     policy: &ApplyPolicy,
     key: &WorkspaceKey,
 ) -> Result<(), ApplyError> {
-    let kubernetes = |message: String| (ErrorType::Kubernetes, message);
     let namespace = &key.namespace;
-    if policy.protected_namespace(namespace) {
-        return Err(kubernetes(format!("refused to delete namespace {namespace}: it is protected")));
-    }
-    let labels = cluster
-        .namespace_labels(namespace)
-        .await
-        .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
-    match labels {
-        None => Ok(()),
-        Some(labels) if owned_by_agent(cluster, &labels) => cluster
+    match namespace_ownership(cluster, policy, namespace).await? {
+        Namespace::Missing => Ok(()),
+        Namespace::Ours => cluster
             .delete_namespace(namespace)
             .await
-            .map_err(|e| kubernetes(format!("deleting namespace {namespace}: {}", api_message(&e)))),
-        Some(_) => Err(kubernetes(format!(
-            "refused to delete namespace {namespace}: it is not labelled {}={}",
-            cluster.config().workspace_label_key,
-            cluster.config().agent_id
-        ))),
+            .map_err(|e| (ErrorType::Kubernetes, format!("deleting namespace {namespace}: {}", api_message(&e)))),
     }
 }

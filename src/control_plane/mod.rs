@@ -52,15 +52,7 @@ pub async fn run(args: ControlPlaneArgs) -> crate::Result<()> {
         partial_reconciliation_interval_seconds: args.partial_reconciliation_interval_seconds,
     };
     settings.validate().map_err(crate::Error::Config)?;
-    let admin_token = match &args.admin_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| crate::Error::Config(format!("admin token file {}: {e}", path.display())))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let admin_token = args.admin_token_file.as_deref().map(crate::read_token_file).transpose()?;
     let store = store::Store::connect(&args.database_url)
         .await
         .map_err(|e| crate::Error::Config(format!("database {}: {e}", redact(&args.database_url))))?;

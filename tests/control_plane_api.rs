@@ -1,0 +1,171 @@
+//! The control plane's HTTP surface: status codes and bodies as the agent and the CLI see them.
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use wsync::control_plane::api::{AppState, router};
+use wsync::control_plane::pipeline::PipelineConfig;
+use wsync::control_plane::rules::Lifecycle;
+use wsync::control_plane::store::Store;
+use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
+
+struct Server {
+    url: String,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(admin_token: Option<&str>) -> Server {
+    wsync::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&format!("sqlite://{}/cp.db", dir.path().display())).await.unwrap();
+    let state = Arc::new(AppState {
+        store,
+        pipeline: PipelineConfig {
+            settings: Settings {
+                full_reconciliation_interval_seconds: 600,
+                partial_reconciliation_interval_seconds: 5,
+            },
+            lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX },
+            label_key: "agent.gitlab.com/id".into(),
+        },
+        admin_token: admin_token.map(str::to_string),
+        reconcile_path: RECONCILE_PATH.into(),
+        prerequisites_path: PREREQUISITES_PATH.into(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await.ok() });
+    Server { url, http: reqwest::Client::new(), _dir: dir }
+}
+
+impl Server {
+    async fn send(&self, method: reqwest::Method, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn register(&self, id: &str) -> String {
+        let (status, body) =
+            self.send(reqwest::Method::POST, "/api/v1/agents", None, Some(&json!({"id": id}).to_string())).await;
+        assert_eq!(status, 201, "{body}");
+        body["token"].as_str().unwrap().to_string()
+    }
+}
+
+const EMPTY_PARTIAL: &str = r#"{"update_type": "partial", "workspace_agent_infos": []}"#;
+
+#[tokio::test]
+async fn reconcile_answers_201_400_and_401_as_the_protocol_says() {
+    let server = serve(None).await;
+    let token = server.register("a1").await;
+    let (status, body) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(EMPTY_PARTIAL)).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["workspace_rails_infos"], json!([]));
+    assert_eq!(body["settings"]["partial_reconciliation_interval_seconds"], 5);
+
+    for invalid in [
+        r#"{"update_type": "sideways", "workspace_agent_infos": []}"#,
+        r#"{"update_type": "full", "workspace_agent_infos": [{"namespace": "ns"}]}"#,
+        r#"{"update_type": "full", "workspace_agent_infos": [{"name": "ws", "namespace": ""}]}"#,
+        "not json",
+    ] {
+        let (status, body) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(invalid)).await;
+        assert_eq!(status, 400, "{invalid}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{invalid}: {body}");
+    }
+
+    // Unknown and missing tokens get the same answer: nothing says whether an agent exists.
+    let (unknown, unknown_body) =
+        server.send(reqwest::Method::POST, RECONCILE_PATH, Some("no-such-token"), Some(EMPTY_PARTIAL)).await;
+    let (missing, missing_body) = server.send(reqwest::Method::POST, RECONCILE_PATH, None, Some(EMPTY_PARTIAL)).await;
+    assert_eq!((unknown, missing), (401, 401));
+    assert_eq!(unknown_body, missing_body);
+
+    let (status, body) = server.send(reqwest::Method::GET, PREREQUISITES_PATH, Some(&token), None).await;
+    assert_eq!((status, body), (200, json!({"shared_namespace": ""})));
+}
+
+#[tokio::test]
+async fn the_management_api_validates_and_keeps_agents_apart() {
+    let server = serve(None).await;
+    server.register("a1").await;
+    server.register("a2").await;
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "a1"}"#)).await;
+    assert_eq!(status, 409, "an agent id is registered once");
+    let (status, _) =
+        server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "Not A Label"}"#)).await;
+    assert_eq!(status, 400);
+
+    let create = json!({"name": "ws", "image": "busybox:1.36"}).to_string();
+    let (status, body) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["desired_state"], "Running");
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    assert_eq!(status, 409);
+    let (status, _) = server
+        .send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(r#"{"name": "x", "image": ""}"#))
+        .await;
+    assert_eq!(status, 400);
+
+    let (_, list) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces", None, None).await;
+    assert_eq!(list, json!([]), "a2 never sees a1's workspaces");
+    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces/ws", None, None).await;
+    assert_eq!(status, 404);
+    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/nobody/workspaces", None, None).await;
+    assert_eq!(status, 404);
+
+    for (action, desired) in
+        [("stop", "Stopped"), ("start", "Running"), ("restart", "RestartRequested"), ("terminate", "Terminated")]
+    {
+        let path = format!("/api/v1/agents/a1/workspaces/ws/{action}");
+        let (status, body) = server.send(reqwest::Method::POST, &path, None, None).await;
+        assert_eq!((status, body["desired_state"].clone()), (200, Value::from(desired)), "{action}");
+    }
+    let (status, body) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/start", None, None).await;
+    assert_eq!(status, 409, "Terminated is final: {body}");
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/explode", None, None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn an_admin_token_guards_the_management_api_but_not_the_agents() {
+    let server = serve(Some("admin-secret")).await;
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "a1"}"#)).await;
+    assert_eq!(status, 401);
+    let (status, body) =
+        server.send(reqwest::Method::POST, "/api/v1/agents", Some("admin-secret"), Some(r#"{"id": "a1"}"#)).await;
+    assert_eq!(status, 201);
+    let agent_token = body["token"].as_str().unwrap().to_string();
+    let (status, _) = server.send(reqwest::Method::GET, "/agents/a1", None, None).await;
+    assert_eq!(status, 401, "the page too");
+    let (status, _) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&agent_token), Some(EMPTY_PARTIAL)).await;
+    assert_eq!(status, 201, "agents authenticate with their own token");
+    let (status, _) =
+        server.send(reqwest::Method::POST, RECONCILE_PATH, Some("admin-secret"), Some(EMPTY_PARTIAL)).await;
+    assert_eq!(status, 401, "the admin token is no agent token");
+}
+
+#[tokio::test]
+async fn the_page_shows_an_error_in_full_and_escaped() {
+    let server = serve(None).await;
+    let token = server.register("a1").await;
+    let create = json!({"name": "ws", "image": "busybox:1.36"}).to_string();
+    server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    let report = json!({"update_type": "partial", "workspace_agent_infos": [{
+        "name": "ws", "namespace": "wsync-a1-ws",
+        "error_details": {"error_type": "applier", "error_message": "<script>alert(1)</script> is invalid"}}]});
+    let (status, _) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(&report.to_string())).await;
+    assert_eq!(status, 201);
+    let html = server.http.get(format!("{}/agents/a1", server.url)).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("<td>ws</td>") && html.contains("<td>Error</td>"), "{html}");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; is invalid"), "{html}");
+    assert!(!html.contains("<script>"), "{html}");
+}
