@@ -22,6 +22,9 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    #[error("leader election: {0}")]
+    Lease(String),
+
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
 

@@ -84,6 +84,11 @@ impl Context {
         }
     }
 
+    /// Stop every apply this term spawned: the Lease is lost, and the next leader re-applies.
+    pub fn abort_applies(&self) {
+        self.applies.lock().unwrap_or_else(|p| p.into_inner()).abort_all();
+    }
+
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
     }

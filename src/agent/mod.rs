@@ -11,15 +11,17 @@ pub mod index;
 pub mod ledger;
 pub mod workspace;
 
-use crate::Result;
+use crate::{Error, Result};
 use cluster::{Cluster, ClusterConfig};
 use control_plane::{ControlPlaneClient, ControlPlaneConfig};
 use controller::{Context, LoopConfig};
 use index::SharedIndex;
+use kube_lease_manager::LeaseManagerBuilder;
 use ledger::Ledger;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// `wsync agent` flags; each has an environment fallback for use in a Deployment.
 #[derive(clap::Args, Debug, Clone)]
@@ -72,6 +74,14 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_MIN_CYCLE_GAP", default_value = "500ms", value_parser = parse_duration)]
     pub min_cycle_gap: Duration,
 
+    /// How long the leader's Lease lasts without renewal; a successor waits at most this long.
+    #[arg(long, env = "WSYNC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How long before expiry the leader renews its Lease.
+    #[arg(long, env = "WSYNC_LEASE_GRACE", default_value = "5s", value_parser = parse_duration)]
+    pub lease_grace: Duration,
+
     /// Kinds the control plane may apply, as `Kind` (core group) or `group/Kind`. RBAC kinds
     /// and cluster-scoped objects are refused whatever this says.
     #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
@@ -97,18 +107,113 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
-/// Run the agent until SIGTERM or Ctrl-C.
+/// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
+/// syncing at once, and shutting down releases it so that a successor need not wait.
 pub async fn run(args: AgentArgs) -> Result<()> {
     let client = kube::Client::try_default().await?;
-    let cluster = Cluster::new(
-        client,
-        ClusterConfig {
-            agent_id: args.agent_id.clone(),
-            agent_namespace: args.namespace.clone(),
-            workspace_label_key: args.workspace_label_key.clone(),
-            field_manager: args.field_manager.clone(),
-        },
-    );
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    retry_transient("checking the WorkspaceSyncStatus CRD", &stop, || async {
+        Cluster::new(client.clone(), cluster_config(&args)).check_crd().await
+    })
+    .await?;
+
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let lease_name = format!("wsync-agent-{}", args.agent_id);
+    let lease = retry_transient("creating the leader Lease", &stop, || async {
+        LeaseManagerBuilder::new(client.clone(), &lease_name)
+            .with_namespace(&args.namespace)
+            .with_identity(&identity)
+            .with_duration(args.lease_duration.as_secs().max(2))
+            .with_grace(args.lease_grace.as_secs().max(1))
+            .with_field_manager(&args.field_manager)
+            .build()
+            .await
+            .map_err(|e| Error::Lease(format!("{lease_name}: {e}")))
+    })
+    .await?;
+    let (leader, lease_task) = lease.watch().await;
+    tracing::info!(%identity, lease = %lease_name, "waiting to lead");
+
+    let mut outcome = Ok(());
+    loop {
+        let mut stop_rx = stop.clone();
+        let mut leader_rx = leader.clone();
+        tokio::select! {
+            _ = stop_rx.wait_for(|s| *s) => break,
+            became = leader_rx.wait_for(|l| *l) => if became.is_err() { break },
+        }
+        tracing::info!(%identity, "became the leader; syncing");
+        if let Err(error) = lead(&client, &args, stop.clone(), leader.clone()).await {
+            outcome = Err(error);
+            break;
+        }
+        if *stop.borrow() {
+            break;
+        }
+        tracing::warn!(%identity, "lost the Lease; stopped syncing");
+    }
+    // Dropping the receiver makes the lease task release the Lease before it ends.
+    drop(leader);
+    match lease_task.await {
+        Ok(Ok(_)) => tracing::info!("released the Lease"),
+        Ok(Err(error)) => tracing::warn!(%error, "could not release the Lease; it expires on its own"),
+        Err(error) => tracing::warn!(%error, "lease task failed"),
+    }
+    tracing::info!("agent stopped");
+    outcome
+}
+
+fn cluster_config(args: &AgentArgs) -> ClusterConfig {
+    ClusterConfig {
+        agent_id: args.agent_id.clone(),
+        agent_namespace: args.namespace.clone(),
+        workspace_label_key: args.workspace_label_key.clone(),
+        field_manager: args.field_manager.clone(),
+    }
+}
+
+/// Retry a start-up step with backoff while it fails transiently; a missing CRD or a bad
+/// configuration fails at once, and a shutdown request ends the wait.
+async fn retry_transient<T, F, Fut>(what: &str, stop: &watch::Receiver<bool>, mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match step().await {
+            Ok(value) => return Ok(value),
+            Err(error @ (Error::CrdMissing | Error::Config(_))) => return Err(error),
+            Err(error) => {
+                tracing::warn!(%error, retry_in_s = delay.as_secs_f32(), "{what} failed; retrying");
+                let mut stop = stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {},
+                    _ = stop.wait_for(|s| *s) => return Err(error),
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// One term as leader: sync until shutdown (graceful: the cycle in flight finishes and the
+/// status is written) or until the Lease is lost (at once: the cycle and its applies are
+/// dropped). Everything is built fresh, so the first cycle of every term is full.
+async fn lead(
+    client: &kube::Client,
+    args: &AgentArgs,
+    mut stop: watch::Receiver<bool>,
+    mut leader: watch::Receiver<bool>,
+) -> Result<()> {
+    let cluster = Cluster::new(client.clone(), cluster_config(args));
     let control_plane = ControlPlaneClient::new(&ControlPlaneConfig {
         base_url: args.control_plane_url.clone(),
         reconcile_path: args.reconcile_path.clone(),
@@ -118,9 +223,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         connect_timeout: args.connect_timeout,
         request_timeout: args.request_timeout,
     })?;
-
-    cluster.check_crd().await?;
-    let (wss, created) = cluster.ensure_ledger_object().await?;
+    let (wss, created) =
+        retry_transient("reading the WorkspaceSyncStatus", &stop, || cluster.ensure_ledger_object()).await?;
     if created {
         tracing::info!(agent = %args.agent_id, namespace = %args.namespace, "created the WorkspaceSyncStatus");
     }
@@ -147,10 +251,22 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     ));
 
     let watch_ctx = ctx.clone();
-    let watch = tokio::spawn(async move { watch_ctx.cluster().watch_workspaces(index).await });
-    controller::run(ctx, shutdown_signal()).await;
-    watch.abort();
-    tracing::info!("agent stopped");
+    let watcher = tokio::spawn(async move { watch_ctx.cluster().watch_workspaces(index).await });
+    let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
+    let graceful = async move {
+        let _ = graceful_rx.await;
+    };
+    let controller = controller::run(ctx.clone(), graceful);
+    tokio::pin!(controller);
+    tokio::select! {
+        _ = &mut controller => {}
+        _ = stop.wait_for(|s| *s) => {
+            let _ = graceful_tx.send(());
+            controller.await;
+        }
+        _ = leader.wait_for(|l| !*l) => ctx.abort_applies(),
+    }
+    watcher.abort();
     Ok(())
 }
 

@@ -205,6 +205,13 @@ impl AgentProcess {
         self.spawn();
     }
 
+    /// SIGTERM, then wait for the exit; returns whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else { return false };
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        child.wait().map(|status| status.success()).unwrap_or(false)
+    }
+
     /// Every log line this agent wrote, across restarts.
     pub fn logs(&self) -> String {
         (1..=self.starts)
