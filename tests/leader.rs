@@ -4,7 +4,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::stub::{is_full, Script, StubControlPlane};
+use support::stub::{Script, StubControlPlane, is_full};
 use support::*;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -21,10 +21,8 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
         StubControlPlane::start(Script::with_intervals(300, 1)).await,
     ];
     let lease = ["--lease-duration", "8s", "--lease-grace", "3s"];
-    let mut agents = [
-        AgentProcess::start(env, &id, &stubs[0].url, &lease),
-        AgentProcess::start(env, &id, &stubs[1].url, &lease),
-    ];
+    let mut agents =
+        [AgentProcess::start(env, &id, &stubs[0].url, &lease), AgentProcess::start(env, &id, &stubs[1].url, &lease)];
     let leader = eventually("a leader", LONG, || (0..2).find(|&i| stubs[i].count() > 0)).await;
     let follower = 1 - leader;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -49,4 +47,87 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let handover = first.received.duration_since(terminated_at);
     assert!(handover < Duration::from_secs(6), "handed over after {handover:?}, sooner than the 8s lease");
     assert!(is_full(&first));
+}
+
+async fn get(url: &str) -> (u16, String) {
+    match reqwest::get(url).await {
+        Ok(response) => (response.status().as_u16(), response.text().await.unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
+    metrics.lines().find(|l| l.starts_with(name_and_labels))?.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
+    let env = env();
+    let id = unique_id("me");
+    let ns = format!("{id}-1");
+    let stub = StubControlPlane::start(Script::default()).await;
+    stub.set_responder(|_| support::stub::Reply::status(500, "down"));
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let base = format!("http://{address}");
+    let agent = AgentProcess::start(env, &id, &stub.url, &["--metrics-address", &address, "--log-format", "json"]);
+
+    eventually("/healthz", LONG, || reqwest_ok(&format!("{base}/healthz"))).await;
+    stub.wait_for("a failing cycle", 0, LONG, |_| true).await;
+    let (status, _) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, 503, "a leader without a completed cycle is not ready");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, metrics) = get(&format!("{base}/metrics")).await;
+    assert_eq!(sample(&metrics, "wsync_leader "), Some(1.0), "{metrics}");
+    assert!(sample(&metrics, r#"wsync_control_plane_requests_total{status="500"}"#).unwrap_or(0.0) >= 1.0, "{metrics}");
+    assert!(sample(&metrics, r#"wsync_sync_cycles_total{update_type="full",result="error"}"#).unwrap_or(0.0) >= 1.0);
+
+    let mut script = Script::with_intervals(300, 1);
+    script.always_return.push((ns.clone(), "ws".into()));
+    script.configs.insert((ns.clone(), "ws".into()), "kind: [broken".into());
+    stub.set_script(script);
+    let mut ready = 0;
+    for _ in 0..100 {
+        ready = get(&format!("{base}/readyz")).await.0;
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(ready, 200, "ready once a cycle completed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, metrics) = get(&format!("{base}/metrics")).await;
+    for (name, at_least) in [
+        (r#"wsync_sync_cycles_total{update_type="full",result="success"}"#, 1.0),
+        (r#"wsync_sync_cycles_total{update_type="partial",result="success"}"#, 1.0),
+        (r#"wsync_control_plane_requests_total{status="201"}"#, 1.0),
+        (r#"wsync_applies_total{result="failure"}"#, 1.0),
+        ("wsync_pending_errors ", 1.0),
+        (r#"wsync_last_successful_sync_timestamp_seconds{update_type="full"}"#, 1.0e9),
+        ("wsync_sync_cycle_duration_seconds_count", 1.0),
+        ("wsync_control_plane_request_duration_seconds_count", 2.0),
+        ("wsync_sync_workspaces_sent_count", 2.0),
+    ] {
+        let value = metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        assert!(value >= at_least, "{name} = {value}, want >= {at_least}:\n{metrics}");
+    }
+
+    // The logs of the whole run are JSON, and the token never appears in them.
+    let logs = agent.logs();
+    assert!(!logs.contains(support::stub::STUB_TOKEN), "the token leaked into the logs");
+    let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() > 5);
+    for line in lines {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(value.get("level").is_some() && value.get("timestamp").is_some(), "{line}");
+    }
+}
+
+fn reqwest_ok(url: &str) -> Option<()> {
+    let body = std::process::Command::new("curl").args(["-fsS", "--max-time", "2", url]).output().ok()?;
+    body.status.success().then_some(())
 }

@@ -12,6 +12,7 @@ use super::cycle::{self, WorkspaceAction};
 use super::errors::{ApplyVersion, Recorded};
 use super::index::SharedIndex;
 use super::ledger::{Ledger, SyncOutcome};
+use super::metrics::{CycleLabels, Metrics, ResultLabel, StatusLabel, UpdateTypeLabel};
 use super::workspace::WorkspaceKey;
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
 use crate::protocol::UpdateType;
@@ -59,6 +60,7 @@ pub struct Context {
     apply_slots: Arc<Semaphore>,
     applies: Mutex<JoinSet<()>>,
     cycles: AtomicU64,
+    metrics: Arc<Metrics>,
 }
 
 impl Context {
@@ -69,6 +71,7 @@ impl Context {
         config: LoopConfig,
         ledger: Ledger,
         written: Option<WorkspaceSyncStatusStatus>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             cluster,
@@ -81,6 +84,7 @@ impl Context {
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
             cycles: AtomicU64::new(0),
+            metrics,
         }
     }
 
@@ -102,6 +106,7 @@ impl Context {
         let mut written = self.written.lock().await;
         let workspaces = self.index.lock().len();
         let status = self.state().ledger.to_status(workspaces, written.as_ref(), Timestamp::now());
+        self.metrics.pending_errors.set(status.pending_error_count as i64);
         if written.as_ref() == Some(&status) {
             return Ok(());
         }
@@ -142,11 +147,19 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
         state.ledger.cycle_due(Timestamp::now(), !state.full_done, resync_request.as_deref())
     };
     let span = tracing::info_span!("sync_cycle", cycle = cycle_id, update_type = %update_type);
+    let started = Instant::now();
     let result = run_cycle(&wss, &ctx, update_type, resync_request.as_deref()).instrument(span.clone()).await;
     let _entered = span.enter();
+    let metrics = &ctx.metrics;
+    let kind = UpdateTypeLabel { update_type: update_type.to_string() };
+    metrics.cycle_duration.get_or_create(&kind).observe(started.elapsed().as_secs_f64());
+    let outcome = if result.is_ok() { "success" } else { "error" };
+    metrics.cycles.get_or_create(&CycleLabels { update_type: update_type.to_string(), result: outcome.into() }).inc();
     match result {
         Ok(requeue) => {
             ctx.state().consecutive_failures = 0;
+            metrics.cycle_completed();
+            metrics.last_success.get_or_create(&kind).set(Timestamp::now().as_millisecond() as f64 / 1000.0);
             Ok(Action::requeue(requeue))
         }
         Err(error) => {
@@ -189,7 +202,17 @@ async fn run_cycle(
         cycle::plan(update_type, &dirty, &state.ledger, &namespace_gone)?
     };
     let sent = plan.request.workspace_agent_infos.len();
-    let response = ctx.control_plane.reconcile(&plan.request).await?;
+    ctx.metrics.workspaces_sent.observe(sent as f64);
+    let request_started = Instant::now();
+    let response = ctx.control_plane.reconcile(&plan.request).await;
+    ctx.metrics.control_plane_duration.observe(request_started.elapsed().as_secs_f64());
+    let status = match &response {
+        Ok(_) => "201".to_string(),
+        Err(crate::ControlPlaneError::Status { status, .. }) => status.to_string(),
+        Err(other) => other.reason().to_string(),
+    };
+    ctx.metrics.control_plane_requests.get_or_create(&StatusLabel { status }).inc();
+    let response = response?;
 
     let paused = wss.paused();
     let settled = {
@@ -290,6 +313,12 @@ async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVer
         tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
     }
     let recorded = ctx.state().ledger.errors.record(key, version, result, Timestamp::now());
+    let outcome = match recorded {
+        Recorded::Failed => "failure",
+        Recorded::Stale => "stale",
+        Recorded::Healthy | Recorded::Recovered => "success",
+    };
+    ctx.metrics.applies.get_or_create(&ResultLabel { result: outcome.into() }).inc();
     match recorded {
         // Written at once, so that a kill -9 right after loses nothing.
         Recorded::Failed => {

@@ -9,6 +9,7 @@ pub mod cycle;
 pub mod errors;
 pub mod index;
 pub mod ledger;
+pub mod metrics;
 pub mod workspace;
 
 use crate::{Error, Result};
@@ -74,6 +75,10 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_MIN_CYCLE_GAP", default_value = "500ms", value_parser = parse_duration)]
     pub min_cycle_gap: Duration,
 
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, env = "WSYNC_METRICS_ADDRESS", default_value = "0.0.0.0:8081")]
+    pub metrics_address: std::net::SocketAddr,
+
     /// How long the leader's Lease lasts without renewal; a successor waits at most this long.
     #[arg(long, env = "WSYNC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
@@ -116,10 +121,13 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
+    let metrics = metrics::Metrics::new();
+    let server = metrics::serve(args.metrics_address, metrics.clone()).await?;
     retry_transient("checking the WorkspaceSyncStatus CRD", &stop, || async {
         Cluster::new(client.clone(), cluster_config(&args)).check_crd().await
     })
     .await?;
+    metrics.set_crd_present();
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
@@ -150,7 +158,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             became = leader_rx.wait_for(|l| *l) => if became.is_err() { break },
         }
         tracing::info!(%identity, "became the leader; syncing");
-        if let Err(error) = lead(&client, &args, stop.clone(), leader.clone()).await {
+        metrics.set_leader(true);
+        let term = lead(&client, &args, metrics.clone(), stop.clone(), leader.clone()).await;
+        metrics.set_leader(false);
+        if let Err(error) = term {
             outcome = Err(error);
             break;
         }
@@ -166,6 +177,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         Ok(Err(error)) => tracing::warn!(%error, "could not release the Lease; it expires on its own"),
         Err(error) => tracing::warn!(%error, "lease task failed"),
     }
+    server.abort();
     tracing::info!("agent stopped");
     outcome
 }
@@ -210,6 +222,7 @@ where
 async fn lead(
     client: &kube::Client,
     args: &AgentArgs,
+    metrics: Arc<metrics::Metrics>,
     mut stop: watch::Receiver<bool>,
     mut leader: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -248,6 +261,7 @@ async fn lead(
         },
         ledger,
         wss.status.clone(),
+        metrics,
     ));
 
     let watch_ctx = ctx.clone();

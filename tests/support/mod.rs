@@ -149,6 +149,11 @@ impl AgentProcess {
     }
 
     pub fn start_with_token(env: &TestEnv, id: &str, control_plane_url: &str, token: &str, extra: &[&str]) -> Self {
+        Self::start_as(env.agent_kubeconfig.clone(), id, control_plane_url, token, extra)
+    }
+
+    /// Start an agent that authenticates to the apiserver with `kubeconfig`.
+    pub fn start_as(kubeconfig: PathBuf, id: &str, control_plane_url: &str, token: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, token).expect("write token");
@@ -166,9 +171,11 @@ impl AgentProcess {
         if !extra.contains(&"--request-timeout") {
             args.extend(["--request-timeout".into(), "2s".into()]);
         }
+        if !extra.contains(&"--metrics-address") {
+            args.extend(["--metrics-address".into(), "127.0.0.1:0".into()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut agent =
-            Self { id: id.into(), child: None, args, kubeconfig: env.agent_kubeconfig.clone(), dir, starts: 0 };
+        let mut agent = Self { id: id.into(), child: None, args, kubeconfig, dir, starts: 0 };
         agent.spawn();
         agent
     }

@@ -1,0 +1,168 @@
+//! `/metrics` (Prometheus, `wsync_*`), `/healthz` and `/readyz` for the agent.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CycleLabels {
+    pub update_type: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdateTypeLabel {
+    pub update_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+pub struct Metrics {
+    pub cycles: Family<CycleLabels, Counter>,
+    pub cycle_duration: HistogramFamily<UpdateTypeLabel>,
+    pub workspaces_sent: Histogram,
+    pub pending_errors: Gauge,
+    pub applies: Family<ResultLabel, Counter>,
+    pub control_plane_duration: Histogram,
+    pub control_plane_requests: Family<StatusLabel, Counter>,
+    pub last_success: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
+    pub leader: Gauge,
+    registry: Registry,
+    crd_present: AtomicBool,
+    leading_cycle_done: AtomicBool,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("wsync");
+        let cycles = Family::<CycleLabels, Counter>::default();
+        let cycle_duration: HistogramFamily<UpdateTypeLabel> = Family::new_with_constructor(seconds_histogram);
+        let workspaces_sent = Histogram::new(exponential_buckets(1.0, 4.0, 8));
+        let pending_errors = Gauge::default();
+        let applies = Family::<ResultLabel, Counter>::default();
+        let control_plane_duration = seconds_histogram();
+        let control_plane_requests = Family::<StatusLabel, Counter>::default();
+        let last_success = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
+        let leader = Gauge::default();
+        registry.register("sync_cycles", "Sync cycles by update type and result", cycles.clone());
+        registry.register("sync_cycle_duration_seconds", "Sync cycle duration", cycle_duration.clone());
+        registry.register("sync_workspaces_sent", "Workspace infos sent per cycle", workspaces_sent.clone());
+        registry.register("pending_errors", "Errors the control plane has not acknowledged", pending_errors.clone());
+        registry.register("applies", "Workspace applies by result", applies.clone());
+        registry.register(
+            "control_plane_request_duration_seconds",
+            "Reconcile request latency",
+            control_plane_duration.clone(),
+        );
+        registry.register(
+            "control_plane_requests",
+            "Reconcile requests by HTTP status",
+            control_plane_requests.clone(),
+        );
+        registry.register(
+            "last_successful_sync_timestamp_seconds",
+            "When the last successful cycle of each type ended",
+            last_success.clone(),
+        );
+        registry.register("leader", "1 while this replica holds the Lease", leader.clone());
+        Arc::new(Self {
+            cycles,
+            cycle_duration,
+            workspaces_sent,
+            pending_errors,
+            applies,
+            control_plane_duration,
+            control_plane_requests,
+            last_success,
+            leader,
+            registry,
+            crd_present: AtomicBool::new(false),
+            leading_cycle_done: AtomicBool::new(false),
+        })
+    }
+
+    pub fn set_crd_present(&self) {
+        self.crd_present.store(true, Ordering::Relaxed);
+    }
+
+    /// Leading, or not: a new term is not ready until its first cycle completes.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+        self.leading_cycle_done.store(false, Ordering::Relaxed);
+    }
+
+    pub fn cycle_completed(&self) {
+        self.leading_cycle_done.store(true, Ordering::Relaxed);
+    }
+
+    /// Ready: the CRD is there, and this replica is a follower, or a leader past its first cycle.
+    pub fn ready(&self) -> bool {
+        self.crd_present.load(Ordering::Relaxed)
+            && (self.leader.get() == 0 || self.leading_cycle_done.load(Ordering::Relaxed))
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+}
+
+pub fn router(metrics: Arc<Metrics>) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                if m.ready() {
+                    (StatusCode::OK, "ready").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+                }
+            }),
+        )
+        .with_state(metrics)
+}
+
+/// Serve the endpoints; a port that cannot be bound is a configuration error.
+pub async fn serve(address: std::net::SocketAddr, metrics: Arc<Metrics>) -> crate::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| crate::Error::Config(format!("metrics address {address}: {e}")))?;
+    let bound = listener.local_addr().map_err(|e| crate::Error::Config(e.to_string()))?;
+    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, router(metrics)).await;
+    }))
+}
