@@ -17,3 +17,7 @@ cluster-up:
 
 cluster-down:
     ./hack/local-cluster.sh down
+
+# End to end on kind (needs Docker and kind; not part of CI).
+e2e:
+    ./e2e/kind.sh

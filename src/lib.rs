@@ -34,6 +34,9 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Changes the log filter of a running process (`info`, `wsync=debug`, …).
+pub type LogLevelHandle = std::sync::Arc<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+
 /// Read a token from a file (a mounted Secret, say), trimmed; the error names the file only.
 pub fn read_token_file(path: &std::path::Path) -> Result<String> {
     let token = std::fs::read_to_string(path)

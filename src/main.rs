@@ -47,14 +47,23 @@ enum LogFormat {
     Json,
 }
 
-fn init_logging(format: LogFormat) {
+/// Install the subscriber; the returned handle changes the level filter while running.
+fn init_logging(format: LogFormat) -> wsync::LogLevelHandle {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+        LogFormat::Text => registry.with(fmt).init(),
+        LogFormat::Json => registry.with(fmt.json().flatten_event(true).with_current_span(true)).init(),
     }
+    std::sync::Arc::new(move |directives: &str| {
+        let filter = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    })
 }
 
 #[tokio::main]
@@ -72,9 +81,9 @@ async fn main() -> ExitCode {
             }
         },
         Command::Agent(args) => {
-            init_logging(cli.log_format);
+            let log_level = init_logging(cli.log_format);
             wsync::install_crypto_provider();
-            exit(wsync::agent::run(*args).await)
+            exit(wsync::agent::run(*args, log_level).await)
         }
         Command::ControlPlane(args) => {
             init_logging(cli.log_format);

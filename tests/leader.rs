@@ -116,6 +116,16 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
         assert!(value >= at_least, "{name} = {value}, want >= {at_least}:\n{metrics}");
     }
 
+    // The level changes at run time: at `warn`, the per-cycle info lines stop.
+    let client = reqwest::Client::new();
+    let put = |body: &'static str| client.put(format!("{base}/loglevel")).body(body).send();
+    assert_eq!(put("not a [filter").await.expect("PUT").status().as_u16(), 400);
+    assert_eq!(put("warn").await.expect("PUT").status().as_u16(), 200);
+    let quiet_from = agent.logs().len();
+    let seen = stub.count();
+    stub.wait_for("three more cycles", seen + 3, LONG, |_| true).await;
+    assert!(!agent.logs()[quiet_from..].contains("sync cycle done"), "info lines after switching to warn");
+
     // The logs of the whole run are JSON, and the token never appears in them.
     let logs = agent.logs();
     assert!(!logs.contains(support::stub::STUB_TOKEN), "the token leaked into the logs");

@@ -381,8 +381,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
         })
         .await;
+    // Applies still running are dropped: they were never reported, and the next leader's
+    // full cycle re-applies. What is recorded so far is written before the Lease goes.
     let mut applies = std::mem::take(&mut *ctx.applies.lock().unwrap_or_else(|p| p.into_inner()));
     applies.shutdown().await;
+    persist_logged(&ctx).await;
 }
 
 fn uid(wss: &WorkspaceSyncStatus) -> Option<u64> {

@@ -133,7 +133,30 @@ impl Metrics {
     }
 }
 
-pub fn router(metrics: Arc<Metrics>) -> axum::Router {
+#[derive(Clone)]
+struct Endpoints {
+    metrics: Arc<Metrics>,
+    log_level: crate::LogLevelHandle,
+}
+
+impl axum::extract::FromRef<Endpoints> for Arc<Metrics> {
+    fn from_ref(endpoints: &Endpoints) -> Self {
+        endpoints.metrics.clone()
+    }
+}
+
+/// `PUT /loglevel` with a filter such as `debug` or `info,wsync=trace` changes the log level.
+async fn set_log_level(State(endpoints): State<Endpoints>, body: String) -> axum::response::Response {
+    match (endpoints.log_level)(body.trim()) {
+        Ok(()) => {
+            tracing::info!(filter = body.trim(), "log level changed");
+            (StatusCode::OK, "ok\n").into_response()
+        }
+        Err(error) => (StatusCode::BAD_REQUEST, format!("invalid filter: {error}\n")).into_response(),
+    }
+}
+
+fn router(metrics: Arc<Metrics>, log_level: crate::LogLevelHandle) -> axum::Router {
     axum::Router::new()
         .route(
             "/metrics",
@@ -152,17 +175,22 @@ pub fn router(metrics: Arc<Metrics>) -> axum::Router {
                 }
             }),
         )
-        .with_state(metrics)
+        .route("/loglevel", axum::routing::put(set_log_level))
+        .with_state(Endpoints { metrics, log_level })
 }
 
 /// Serve the endpoints; a port that cannot be bound is a configuration error.
-pub async fn serve(address: std::net::SocketAddr, metrics: Arc<Metrics>) -> crate::Result<tokio::task::JoinHandle<()>> {
+pub async fn serve(
+    address: std::net::SocketAddr,
+    metrics: Arc<Metrics>,
+    log_level: crate::LogLevelHandle,
+) -> crate::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|e| crate::Error::Config(format!("metrics address {address}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| crate::Error::Config(e.to_string()))?;
     tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
     Ok(tokio::spawn(async move {
-        let _ = axum::serve(listener, router(metrics)).await;
+        let _ = axum::serve(listener, router(metrics, log_level)).await;
     }))
 }

@@ -114,7 +114,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
 /// syncing at once, and shutting down releases it so that a successor need not wait.
-pub async fn run(args: AgentArgs) -> Result<()> {
+pub async fn run(args: AgentArgs, log_level: crate::LogLevelHandle) -> Result<()> {
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -122,7 +122,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         let _ = stop_tx.send(true);
     });
     let metrics = metrics::Metrics::new();
-    let server = metrics::serve(args.metrics_address, metrics.clone()).await?;
+    let server = metrics::serve(args.metrics_address, metrics.clone(), log_level).await?;
     retry_transient("checking the WorkspaceSyncStatus CRD", &stop, || async {
         Cluster::new(client.clone(), cluster_config(&args)).check_crd().await
     })
