@@ -73,19 +73,7 @@ async fn a_one_broken_workspace_never_blocks_twenty_good_ones() {
         let message = &error_for(&r, ns).expect("error").error_message;
         assert!(message.contains(words), "{ns}: {message}");
     }
-    let on_deployment = kubectl_ok(
-        env,
-        &[
-            "-n",
-            &yaml_ns,
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.kind=Deployment,reason=ApplyFailed",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
-    );
+    let on_deployment = apply_failed_events(env, &yaml_ns, "involvedObject.kind=Deployment");
     assert!(on_deployment.contains("invalid YAML"), "ApplyFailed event on the Deployment: {on_deployment:?}");
 
     let (reported, request) =
@@ -111,19 +99,7 @@ async fn a_one_broken_workspace_never_blocks_twenty_good_ones() {
     assert!(later.iter().all(|r| error_for(r, &bad_ns).is_none()), "an acknowledged error was sent again");
 
     // The failure is an Event on the WorkspaceSyncStatus, since the Deployment never existed.
-    let events = kubectl_ok(
-        env,
-        &[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={id},reason=ApplyFailed"),
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
-    );
+    let events = apply_failed_events(env, AGENT_NAMESPACE, &format!("involvedObject.name={id}"));
     assert!(events.contains("Required value"), "ApplyFailed event: {events:?}");
 }
 

@@ -58,19 +58,7 @@ async fn the_agent_syncs_with_only_the_manifests_permissions() {
         (wss_json(env, &id)?["status"]["pendingErrorCount"].as_u64()? >= 1).then_some(())
     })
     .await;
-    let events = kubectl_ok(
-        env,
-        &[
-            "-n",
-            AGENT_NAMESPACE,
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={id},reason=ApplyFailed"),
-            "-o",
-            "name",
-        ],
-    );
+    let events = apply_failed_events(env, AGENT_NAMESPACE, &format!("involvedObject.name={id}"));
     assert!(!events.trim().is_empty(), "the ApplyFailed event was emitted");
     stub.wait_for("more cycles", 4, LONG, |_| true).await;
     let logs = agent.logs();

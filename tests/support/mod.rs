@@ -415,3 +415,13 @@ fn reqwest_blocking_ok(url: &str) -> Option<String> {
         .is_some_and(|status| status.contains(" 200 "))
         .then(|| response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
 }
+
+/// The messages of the `ApplyFailed` Events in `namespace` whose object matches `involved`
+/// (a field selector such as `involvedObject.name=x` or `involvedObject.kind=Deployment`).
+pub fn apply_failed_events(env: &TestEnv, namespace: &str, involved: &str) -> String {
+    let selector = format!("{involved},reason=ApplyFailed");
+    kubectl_ok(
+        env,
+        &["-n", namespace, "get", "events", "--field-selector", &selector, "-o", "jsonpath={.items[*].message}"],
+    )
+}
