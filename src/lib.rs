@@ -19,6 +19,9 @@ pub enum Error {
     #[error("control plane: {0}")]
     ControlPlane(#[from] ControlPlaneError),
 
+    #[error("control plane prerequisites: {0}")]
+    Prerequisites(ControlPlaneError),
+
     #[error("invalid configuration: {0}")]
     Config(String),
 

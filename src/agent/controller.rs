@@ -45,6 +45,8 @@ struct SyncState {
     ledger: Ledger,
     /// False until the first successful full cycle of this leadership.
     full_done: bool,
+    /// The control plane's prerequisites, fetched once per leadership before the first cycle.
+    prerequisites: Option<crate::protocol::Prerequisites>,
     consecutive_failures: u32,
 }
 
@@ -79,7 +81,7 @@ impl Context {
             index,
             apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             config,
-            state: Mutex::new(SyncState { ledger, full_done: false, consecutive_failures: 0 }),
+            state: Mutex::new(SyncState { ledger, full_done: false, prerequisites: None, consecutive_failures: 0 }),
             written: tokio::sync::Mutex::new(written),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
@@ -165,6 +167,7 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
         Err(error) => {
             let (reason, message) = match &error {
                 Error::ControlPlane(e) => (e.reason(), format!("control plane: {e}")),
+                Error::Prerequisites(e) => ("PrerequisitesFailed", format!("control plane prerequisites: {e}")),
                 Error::Kube(e) => ("KubernetesError", api_message(e)),
                 other => ("SyncFailed", other.to_string()),
             };
@@ -189,6 +192,13 @@ async fn run_cycle(
     resync_request: Option<&str>,
 ) -> Result<Duration> {
     let started = Instant::now();
+    if ctx.state().prerequisites.is_none() {
+        // No sync runs until the control plane's prerequisites are known; a failure backs off
+        // like any other and shows on the WorkspaceSyncStatus.
+        let prerequisites = ctx.control_plane.prerequisites().await.map_err(Error::Prerequisites)?;
+        tracing::info!(shared_namespace = %prerequisites.shared_namespace, "fetched the control plane's prerequisites");
+        ctx.state().prerequisites = Some(prerequisites);
+    }
     if update_type == UpdateType::Full {
         // As a restart would: a fresh LIST, no acknowledgements, no terminations.
         let listed = ctx.cluster.list_workspaces().await?;

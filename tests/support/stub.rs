@@ -52,6 +52,9 @@ struct Inner {
     responder: Mutex<Responder>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// What `GET …/prerequisites` answers, and how often it was asked.
+    prerequisites_status: std::sync::atomic::AtomicU16,
+    prerequisites_calls: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -128,10 +131,12 @@ impl StubControlPlane {
             responder: Mutex::new(responder),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            prerequisites_status: std::sync::atomic::AtomicU16::new(200),
+            prerequisites_calls: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
             .route(RECONCILE_PATH, post(reconcile))
-            .route(PREREQUISITES_PATH, get(|| async { axum::Json(serde_json::json!({"shared_namespace": ""})) }))
+            .route(PREREQUISITES_PATH, get(prerequisites))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind stub");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -176,6 +181,14 @@ impl StubControlPlane {
         }
     }
 
+    pub fn set_prerequisites_status(&self, status: u16) {
+        self.inner.prerequisites_status.store(status, Ordering::SeqCst);
+    }
+
+    pub fn prerequisites_calls(&self) -> usize {
+        self.inner.prerequisites_calls.load(Ordering::SeqCst)
+    }
+
     pub fn count(&self) -> usize {
         self.inner.recorded.lock().unwrap().len()
     }
@@ -202,6 +215,12 @@ pub fn summary(r: &Recorded) -> String {
 
 pub fn is_full(r: &Recorded) -> bool {
     r.request.update_type == UpdateType::Full
+}
+
+async fn prerequisites(State(inner): State<Arc<Inner>>) -> Response {
+    inner.prerequisites_calls.fetch_add(1, Ordering::SeqCst);
+    let status = StatusCode::from_u16(inner.prerequisites_status.load(Ordering::SeqCst)).unwrap_or(StatusCode::OK);
+    (status, axum::Json(serde_json::json!({"shared_namespace": "", "unknown_field": true}))).into_response()
 }
 
 async fn reconcile(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
