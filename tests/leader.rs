@@ -72,7 +72,7 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
     let base = format!("http://{address}");
     let agent = AgentProcess::start(env, &id, &stub.url, &["--metrics-address", &address, "--log-format", "json"]);
 
-    eventually("/healthz", LONG, || reqwest_ok(&format!("{base}/healthz"))).await;
+    eventually("/healthz", LONG, || http_ok(&format!("{base}/healthz")).then_some(())).await;
     stub.wait_for("a failing cycle", 0, LONG, |_| true).await;
     let (status, _) = get(&format!("{base}/readyz")).await;
     assert_eq!(status, 503, "a leader without a completed cycle is not ready");
@@ -135,9 +135,4 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
         let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         assert!(value.get("level").is_some() && value.get("timestamp").is_some(), "{line}");
     }
-}
-
-fn reqwest_ok(url: &str) -> Option<()> {
-    let body = std::process::Command::new("curl").args(["-fsS", "--max-time", "2", url]).output().ok()?;
-    body.status.success().then_some(())
 }

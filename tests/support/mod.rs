@@ -357,7 +357,7 @@ impl ControlPlaneProcess {
             .expect("spawn wsync control-plane");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while reqwest_blocking_ok(&format!("{}/healthz", self.url)).is_none() {
+        while !http_ok(&format!("{}/healthz", self.url)) {
             assert!(Instant::now() < deadline, "the control plane did not come up:\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -399,21 +399,9 @@ impl Drop for ControlPlaneProcess {
     }
 }
 
-/// A plain HTTP GET over a TCP socket; Some(body) on a 200.
-fn reqwest_blocking_ok(url: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let mut stream = std::net::TcpStream::connect(host).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response
-        .lines()
-        .next()
-        .is_some_and(|status| status.contains(" 200 "))
-        .then(|| response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+/// Whether a GET of `url` answers 2xx (curl, which the prerequisites install).
+pub fn http_ok(url: &str) -> bool {
+    Command::new("curl").args(["-fsS", "-o", "/dev/null", "--max-time", "2", url]).status().is_ok_and(|s| s.success())
 }
 
 /// The messages of the `ApplyFailed` Events in `namespace` whose object matches `involved`
