@@ -86,7 +86,8 @@ fn new_token() -> StoreResult<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn enum_text<T: serde::Serialize>(value: &T) -> String {
+/// An enum as its wire spelling (`Running`, `applier`): how states are stored and shown.
+pub(crate) fn state_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
@@ -207,8 +208,8 @@ impl Store {
         .bind(new.cpu.clone())
         .bind(new.memory.clone())
         .bind(env)
-        .bind(enum_text(&DesiredState::Running))
-        .bind(enum_text(&ActualState::CreationRequested))
+        .bind(state_text(&DesiredState::Running))
+        .bind(state_text(&ActualState::CreationRequested))
         .bind(now)
         .bind(now)
         .bind(now)
@@ -245,7 +246,7 @@ impl Store {
             sqlx::query(
                 "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 WHERE agent_id = $3 AND name = $4",
             )
-            .bind(enum_text(&desired))
+            .bind(state_text(&desired))
             .bind(now_ms())
             .bind(agent_id)
             .bind(name)
@@ -259,10 +260,6 @@ impl Store {
 /// A workspace's namespace: stable, and unique per agent and name.
 pub fn workspace_namespace(agent_id: &str, name: &str) -> String {
     format!("wsync-{agent_id}-{name}")
-}
-
-pub(crate) fn state_text<T: serde::Serialize>(value: &T) -> String {
-    enum_text(value)
 }
 
 fn conflict(error: sqlx::Error, message: String) -> StoreError {

@@ -1,6 +1,6 @@
 //! The server-rendered page for one agent's workspaces. Every value is escaped.
 
-use super::store::Workspace;
+use super::store::{Workspace, state_text};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {
@@ -28,10 +28,6 @@ fn ago(now: i64, at: Option<i64>) -> String {
     }
 }
 
-fn state<T: serde::Serialize>(value: &T) -> String {
-    super::store::state_text(value)
-}
-
 pub fn agent_page(agent: &str, workspaces: &[Workspace], now: i64) -> String {
     let agent_html = escape(agent);
     let mut rows = String::new();
@@ -42,8 +38,8 @@ pub fn agent_page(agent: &str, workspaces: &[Workspace], now: i64) -> String {
                 let stale = if e.desired_state != w.desired_state {
                     format!(
                         "<p class=\"stale\">This error is from before the desired state changed from {} to {}.</p>",
-                        escape(&state(&e.desired_state)),
-                        escape(&state(&w.desired_state))
+                        escape(&state_text(&e.desired_state)),
+                        escape(&state_text(&w.desired_state))
                     )
                 } else {
                     String::new()
@@ -72,8 +68,8 @@ pub fn agent_page(agent: &str, workspaces: &[Workspace], now: i64) -> String {
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
              <tr class=\"details\"><td colspan=\"6\">{error}</td></tr>\n",
             escape(&w.namespace),
-            escape(&state(&w.desired_state)),
-            escape(&state(&w.actual_state)),
+            escape(&state_text(&w.desired_state)),
+            escape(&state_text(&w.actual_state)),
             ago(now, w.last_reported_at),
         );
     }
