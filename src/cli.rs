@@ -33,6 +33,25 @@ pub enum AgentsCommand {
         #[arg(long = "image-pull-secret")]
         image_pull_secrets: Vec<String>,
     },
+    /// Replace an agent's image pull secrets; every workspace gets its config again.
+    SetImagePullSecrets {
+        id: String,
+        /// `<namespace>/<name>`; repeatable; none clears them.
+        #[arg(long = "image-pull-secret")]
+        image_pull_secrets: Vec<String>,
+    },
+}
+
+fn parse_pull_secrets(secrets: &[String]) -> crate::Result<Vec<ImagePullSecret>> {
+    secrets
+        .iter()
+        .map(|s| {
+            let (namespace, name) = s
+                .split_once('/')
+                .ok_or_else(|| crate::Error::Config(format!("--image-pull-secret {s:?}: use <namespace>/<name>")))?;
+            Ok(ImagePullSecret { name: name.into(), namespace: namespace.into() })
+        })
+        .collect()
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -101,15 +120,7 @@ async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Op
 pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> crate::Result<()> {
     match command {
         AgentsCommand::Register { id, image_pull_secrets } => {
-            let secrets = image_pull_secrets
-                .iter()
-                .map(|s| {
-                    let (namespace, name) = s.split_once('/').ok_or_else(|| {
-                        crate::Error::Config(format!("--image-pull-secret {s:?}: use <namespace>/<name>"))
-                    })?;
-                    Ok(ImagePullSecret { name: name.into(), namespace: namespace.into() })
-                })
-                .collect::<crate::Result<Vec<_>>>()?;
+            let secrets = parse_pull_secrets(&image_pull_secrets)?;
             let body = serde_json::json!({ "id": id, "image_pull_secrets": secrets });
             let answer = call(server, reqwest::Method::POST, "api/v1/agents", Some(body)).await?;
             match server.output {
@@ -118,6 +129,15 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> crate::Resul
                     println!("agent {} registered; its token (shown once):", answer["id"].as_str().unwrap_or_default());
                     println!("{}", answer["token"].as_str().unwrap_or_default());
                 }
+            }
+        }
+        AgentsCommand::SetImagePullSecrets { id, image_pull_secrets } => {
+            let body = serde_json::json!({ "image_pull_secrets": parse_pull_secrets(&image_pull_secrets)? });
+            let path = format!("api/v1/agents/{id}/image-pull-secrets");
+            let answer = call(server, reqwest::Method::PUT, &path, Some(body)).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => println!("agent {id}: image pull secrets set; workspaces get their config again"),
             }
         }
     }

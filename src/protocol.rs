@@ -97,7 +97,7 @@ pub struct WorkspaceRailsInfo {
     pub image_pull_secrets: Vec<ImagePullSecret>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ImagePullSecret {
     pub name: String,
     pub namespace: String,

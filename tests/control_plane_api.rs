@@ -169,3 +169,43 @@ async fn the_page_shows_an_error_in_full_and_escaped() {
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; is invalid"), "{html}");
     assert!(!html.contains("<script>"), "{html}");
 }
+
+#[tokio::test]
+async fn image_pull_secrets_are_validated_and_come_back_in_every_returned_info() {
+    let server = serve(None).await;
+    let token = server.register("agent-p").await;
+    let put = |body: Value| {
+        let server = &server;
+        async move {
+            let path = "/api/v1/agents/agent-p/image-pull-secrets";
+            server.send(reqwest::Method::PUT, path, None, Some(&body.to_string())).await
+        }
+    };
+    let collision =
+        json!({"image_pull_secrets": [{"name": "regcred", "namespace": "a"}, {"name": "regcred", "namespace": "b"}]});
+    let (status, body) = put(collision).await;
+    assert_eq!(status, 400, "one name from two namespaces would collide in the workspace: {body}");
+    let (status, _) = put(json!({"image_pull_secrets": [{"name": "Bad_Name", "namespace": "a"}]})).await;
+    assert_eq!(status, 400);
+    let unknown = "/api/v1/agents/nobody/image-pull-secrets";
+    let (status, _) = server.send(reqwest::Method::PUT, unknown, None, Some(r#"{"image_pull_secrets": []}"#)).await;
+    assert_eq!(status, 404);
+
+    let create = json!({"name": "w1", "image": "busybox:1.36"}).to_string();
+    let (status, body) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/agent-p/workspaces", None, Some(&create)).await;
+    assert_eq!(status, 201, "{body}");
+    let full = r#"{"update_type": "full", "workspace_agent_infos": []}"#;
+    let partial = r#"{"update_type": "partial", "workspace_agent_infos": []}"#;
+    server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(full)).await;
+    let (_, idle) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(partial)).await;
+    assert_eq!(idle["workspace_rails_infos"], json!([]), "nothing changed");
+
+    let (status, _) = put(json!({"image_pull_secrets": [{"name": "regcred", "namespace": "registry"}]})).await;
+    assert_eq!(status, 200);
+    let (_, answer) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(partial)).await;
+    let info = &answer["workspace_rails_infos"][0];
+    assert_eq!(info["image_pull_secrets"], json!([{"name": "regcred", "namespace": "registry"}]));
+    let config = info["config_to_apply"].as_str().unwrap_or_default();
+    assert!(config.contains("imagePullSecrets"), "the changed agent config goes out with the config: {config}");
+}

@@ -4,8 +4,9 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::stub::{Script, StubControlPlane, is_full};
+use support::stub::{Recorded, Reply, Script, StubControlPlane, is_full, summary};
 use support::*;
+use wsync::protocol::{ReconcileRequest, ReconcileResponse};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -15,17 +16,24 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let client = admin_client(env).await;
     let id = unique_id("le");
     create_workspace(&client, &format!("{id}-1"), "ws", Some(&id)).await;
+    // A workspace whose config fails to apply, and whose error the stubs never acknowledge.
+    let broken = (format!("{id}-2"), "broken".to_string());
+    create_workspace(&client, &broken.0, &broken.1, Some(&id)).await;
+    let mut script = Script::with_intervals(300, 1);
+    script.configs.insert(broken.clone(), config_map(&broken.0, "no-inventory"));
     // Each replica talks to its own stub, so the stubs tell who syncs.
-    let stubs = [
-        StubControlPlane::start(Script::with_intervals(300, 1)).await,
-        StubControlPlane::start(Script::with_intervals(300, 1)).await,
-    ];
+    let stubs = [StubControlPlane::start(script.clone()).await, StubControlPlane::start(script.clone()).await];
+    for stub in &stubs {
+        let script = script.clone();
+        stub.set_responder(move |request| Reply::created(&without_erred(&script, request)));
+    }
     let lease = ["--lease-duration", "8s", "--lease-grace", "3s"];
     let mut agents =
         [AgentProcess::start(env, &id, &stubs[0].url, &lease), AgentProcess::start(env, &id, &stubs[1].url, &lease)];
     let leader = eventually("a leader", LONG, || (0..2).find(|&i| stubs[i].count() > 0)).await;
     let follower = 1 - leader;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    stubs[leader].wait_for("the applier error reported", 0, LONG, |r| carries_error(r, &broken)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(stubs[leader].count() >= 3, "the leader syncs");
     assert_eq!(stubs[follower].count(), 0, "the follower never syncs");
 
@@ -36,6 +44,8 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let takeover = first.received.duration_since(killed_at);
     assert!(takeover < Duration::from_secs(20), "took over after {takeover:?}; the lease is 8s");
     assert!(is_full(&first), "a new leader starts with a full cycle");
+    assert_eq!(first.request.workspace_agent_infos.len(), 2, "every workspace: {}", summary(&first));
+    assert!(carries_error(&first, &broken), "and every unacknowledged error: {}", summary(&first));
 
     // SIGTERM: the leader releases the Lease, so the successor needs no expiry.
     agents[leader].restart();
@@ -47,6 +57,28 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let handover = first.received.duration_since(terminated_at);
     assert!(handover < Duration::from_secs(6), "handed over after {handover:?}, sooner than the 8s lease");
     assert!(is_full(&first));
+}
+
+/// What the script answers, minus the workspaces reported with an error: their errors stay
+/// unacknowledged.
+fn without_erred(script: &Script, request: &ReconcileRequest) -> ReconcileResponse {
+    let mut response = script.respond(request);
+    let erred: Vec<(&str, &str)> = request
+        .workspace_agent_infos
+        .iter()
+        .filter(|i| i.error_details.is_some())
+        .map(|i| (i.namespace.as_str(), i.name.as_str()))
+        .collect();
+    response.workspace_rails_infos.retain(|i| !erred.contains(&(i.namespace.as_str(), i.name.as_str())));
+    response
+}
+
+fn carries_error(recorded: &Recorded, (namespace, name): &(String, String)) -> bool {
+    recorded.request.workspace_agent_infos.iter().any(|i| {
+        &i.namespace == namespace
+            && &i.name == name
+            && i.error_details.as_ref().is_some_and(|e| e.error_message.contains("owning-inventory"))
+    })
 }
 
 async fn get(url: &str) -> (u16, String) {

@@ -6,13 +6,22 @@
 
 use super::apply_plan::{self, ApplyPolicy, InventoryApply, MemberRef};
 use super::cluster::{Cluster, api_message};
+use super::pull_secrets;
 use super::workspace::WorkspaceKey;
-use crate::protocol::ErrorType;
+use crate::protocol::{ErrorType, ImagePullSecret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
 use kube::discovery::Scope;
 use std::collections::{BTreeSet, HashMap};
 
 pub type ApplyError = (ErrorType, String);
+
+/// What an apply left in the workspace namespace besides its config.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The pull secrets copied, with each source's resourceVersion at the copy.
+    pub pull_secrets: Vec<(ImagePullSecret, Option<String>)>,
+}
 
 /// Check the whole stream, then apply it. Nothing is sent for a stream the policy refuses.
 pub async fn apply_workspace(
@@ -20,7 +29,8 @@ pub async fn apply_workspace(
     policy: &ApplyPolicy,
     key: &WorkspaceKey,
     config: &str,
-) -> Result<(), ApplyError> {
+    pull_secrets: &[ImagePullSecret],
+) -> Result<Applied, ApplyError> {
     let applier = |message: String| (ErrorType::Applier, message);
     let objects = crate::yaml::parse_objects(config).map_err(|e| applier(e.to_string()))?;
     let scopes = resolve_scopes(cluster, &objects).await.map_err(applier)?;
@@ -28,11 +38,65 @@ pub async fn apply_workspace(
         scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
     })
     .map_err(applier)?;
-    ensure_own_namespace(cluster, policy, &key.namespace).await?;
+    let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(applier)?;
+    let copied = ensure_own_namespace(cluster, policy, &key.namespace).await?;
+    // Before the config, so that the first Pod can pull its image.
+    let pull_secrets = sync_pull_secrets(cluster, &key.namespace, &copy_plan.wanted, &copied).await?;
     for inventory in &inventories {
         apply_inventory(cluster, inventory).await.map_err(applier)?;
     }
-    Ok(())
+    Ok(Applied { pull_secrets })
+}
+
+/// Copy every wanted pull secret into the namespace, delete the copies no longer wanted, and
+/// record what the namespace holds.
+async fn sync_pull_secrets(
+    cluster: &Cluster,
+    namespace: &str,
+    wanted: &BTreeSet<ImagePullSecret>,
+    copied: &BTreeSet<ImagePullSecret>,
+) -> Result<Vec<(ImagePullSecret, Option<String>)>, ApplyError> {
+    let kubernetes = |message: String| (ErrorType::Kubernetes, message);
+    let wanted: Vec<ImagePullSecret> = wanted.iter().cloned().collect();
+    let plan = pull_secrets::plan_copies(&wanted, copied).map_err(kubernetes)?;
+    let mut done = Vec::new();
+    for source in &wanted {
+        let reference = pull_secrets::source_ref(source);
+        let secret = cluster
+            .get_secret(source)
+            .await
+            .map_err(|e| kubernetes(format!("image pull secret {reference}: {}", api_message(&e))))?
+            .ok_or_else(|| kubernetes(format!("image pull secret {reference} does not exist")))?;
+        copy_pull_secret(cluster, &secret, source, namespace).await?;
+        done.push((source.clone(), secret.metadata.resource_version.clone()));
+    }
+    for name in &plan.delete {
+        cluster
+            .delete_copied_secret(namespace, name)
+            .await
+            .map_err(|e| kubernetes(format!("deleting the copied pull secret {name}: {}", api_message(&e))))?;
+    }
+    if plan.changes_record(copied) {
+        let record = Some(pull_secrets::render_copied(&plan.wanted)).filter(|r| !r.is_empty());
+        cluster
+            .annotate_namespace(namespace, pull_secrets::COPIED_ANNOTATION, record.as_deref())
+            .await
+            .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+    }
+    Ok(done)
+}
+
+/// Copy one pull secret into a workspace namespace.
+pub async fn copy_pull_secret(
+    cluster: &Cluster,
+    secret: &Secret,
+    source: &ImagePullSecret,
+    namespace: &str,
+) -> Result<(), ApplyError> {
+    cluster.copy_secret(secret, source, namespace).await.map_err(|e| {
+        let reference = pull_secrets::source_ref(source);
+        (ErrorType::Kubernetes, format!("copying image pull secret {reference}: {}", api_message(&e)))
+    })
 }
 
 async fn resolve_scopes(
@@ -58,7 +122,8 @@ async fn resolve_scopes(
 /// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
 enum Namespace {
     Missing,
-    Ours,
+    /// With the pull secrets copied into it.
+    Ours(BTreeSet<ImagePullSecret>),
 }
 
 /// The namespace rule, shared by apply and termination: never a protected namespace, and
@@ -72,14 +137,19 @@ async fn namespace_ownership(
     if policy.protected_namespace(namespace) {
         return Err(kubernetes(format!("refused: namespace {namespace} is protected")));
     }
-    let labels = cluster
-        .namespace_labels(namespace)
+    let meta = cluster
+        .namespace_meta(namespace)
         .await
         .map_err(|e| kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
     let config = cluster.config();
-    match labels {
+    match meta {
         None => Ok(Namespace::Missing),
-        Some(labels) if labels.get(&config.workspace_label_key) == Some(&config.agent_id) => Ok(Namespace::Ours),
+        Some(meta)
+            if meta.labels.as_ref().and_then(|l| l.get(&config.workspace_label_key)) == Some(&config.agent_id) =>
+        {
+            let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
+            Ok(Namespace::Ours(pull_secrets::parse_copied(record.map(String::as_str))))
+        }
         Some(_) => Err(kubernetes(format!(
             "refused: namespace {namespace} exists and is not labelled {}={}",
             config.workspace_label_key, config.agent_id
@@ -87,12 +157,18 @@ async fn namespace_ownership(
     }
 }
 
-async fn ensure_own_namespace(cluster: &Cluster, policy: &ApplyPolicy, namespace: &str) -> Result<(), ApplyError> {
+/// Create the namespace if it is missing; returns the pull secrets already copied into it.
+async fn ensure_own_namespace(
+    cluster: &Cluster,
+    policy: &ApplyPolicy,
+    namespace: &str,
+) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
     match namespace_ownership(cluster, policy, namespace).await? {
-        Namespace::Ours => Ok(()),
+        Namespace::Ours(copied) => Ok(copied),
         Namespace::Missing => cluster
             .ensure_namespace(namespace)
             .await
+            .map(|()| BTreeSet::new())
             .map_err(|e| (ErrorType::Kubernetes, format!("creating namespace {namespace}: {}", api_message(&e)))),
     }
 }
@@ -144,7 +220,7 @@ pub async fn terminate_workspace(
     let namespace = &key.namespace;
     match namespace_ownership(cluster, policy, namespace).await? {
         Namespace::Missing => Ok(()),
-        Namespace::Ours => cluster
+        Namespace::Ours(_) => cluster
             .delete_namespace(namespace)
             .await
             .map_err(|e| (ErrorType::Kubernetes, format!("deleting namespace {namespace}: {}", api_message(&e)))),

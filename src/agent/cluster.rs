@@ -3,12 +3,14 @@
 
 use super::apply_plan::{MemberRef, OWNING_INVENTORY_ANNOTATION};
 use super::index::SharedIndex;
+use super::pull_secrets::{SOURCE_ANNOTATION, source_ref};
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
+use crate::protocol::ImagePullSecret;
 use crate::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -210,13 +212,66 @@ impl Cluster {
     }
 
     pub async fn namespace_exists(&self, namespace: &str) -> Result<bool, kube::Error> {
-        Ok(self.namespace_labels(namespace).await?.is_some())
+        Ok(self.namespace_meta(namespace).await?.is_some())
     }
 
-    /// A namespace's labels, or None when it does not exist.
-    pub async fn namespace_labels(&self, namespace: &str) -> Result<Option<BTreeMap<String, String>>, kube::Error> {
+    /// A namespace's metadata, or None when it does not exist.
+    pub async fn namespace_meta(&self, namespace: &str) -> Result<Option<ObjectMeta>, kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        Ok(api.get_opt(namespace).await?.map(|ns| ns.metadata.labels.unwrap_or_default()))
+        Ok(api.get_opt(namespace).await?.map(|ns| ns.metadata))
+    }
+
+    /// Set (or, with None, remove) one annotation on a namespace.
+    pub async fn annotate_namespace(&self, namespace: &str, key: &str, value: Option<&str>) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+    }
+
+    pub async fn get_secret(&self, source: &ImagePullSecret) -> Result<Option<Secret>, kube::Error> {
+        Api::<Secret>::namespaced(self.client.clone(), &source.namespace).get_opt(&source.name).await
+    }
+
+    /// Server-side apply a copy of `source` into `namespace`, under the source's name.
+    pub async fn copy_secret(
+        &self,
+        source: &Secret,
+        from: &ImagePullSecret,
+        namespace: &str,
+    ) -> Result<(), kube::Error> {
+        let copy = Secret {
+            metadata: ObjectMeta {
+                name: Some(from.name.clone()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(BTreeMap::from([(self.config.workspace_label_key.clone(), self.config.agent_id.clone())])),
+                annotations: Some(BTreeMap::from([(SOURCE_ANNOTATION.to_string(), source_ref(from))])),
+                ..Default::default()
+            },
+            type_: source.type_.clone(),
+            data: source.data.clone(),
+            ..Default::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let params = PatchParams::apply(&self.config.field_manager).force();
+        api.patch(&from.name, &params, &Patch::Apply(&copy)).await.map(|_| ())
+    }
+
+    /// Delete a copied secret, only if this agent copied it; already gone is fine.
+    pub async fn delete_copied_secret(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let Some(secret) = api.get_opt(name).await? else { return Ok(()) };
+        if !secret.annotations().contains_key(SOURCE_ANNOTATION) {
+            return Ok(());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: secret.uid(), resource_version: None }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The members an inventory ConfigMap lists now; none when it does not exist yet.

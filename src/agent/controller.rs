@@ -13,9 +13,10 @@ use super::errors::{ApplyVersion, Recorded};
 use super::index::SharedIndex;
 use super::ledger::{Ledger, SyncOutcome};
 use super::metrics::{CycleLabels, Metrics, ResultLabel, StatusLabel, UpdateTypeLabel};
+use super::pull_secrets::CopyTracker;
 use super::workspace::WorkspaceKey;
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
-use crate::protocol::UpdateType;
+use crate::protocol::{ErrorType, UpdateType};
 use crate::{Error, Result};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -61,6 +62,8 @@ pub struct Context {
     last_cycle_start: tokio::sync::Mutex<Option<Instant>>,
     apply_slots: Arc<Semaphore>,
     applies: Mutex<JoinSet<()>>,
+    /// Who holds a copy of which image pull secret, to copy it again when it changes.
+    pull_secret_copies: Mutex<CopyTracker>,
     cycles: AtomicU64,
     metrics: Arc<Metrics>,
 }
@@ -85,6 +88,7 @@ impl Context {
             written: tokio::sync::Mutex::new(written),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
+            pull_secret_copies: Mutex::new(CopyTracker::default()),
             cycles: AtomicU64::new(0),
             metrics,
         }
@@ -101,6 +105,10 @@ impl Context {
 
     fn state(&self) -> MutexGuard<'_, SyncState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pull_secret_copies(&self) -> MutexGuard<'_, CopyTracker> {
+        self.pull_secret_copies.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Write the ledger to the status if its rendering changed since the last write.
@@ -204,6 +212,7 @@ async fn run_cycle(
         let listed = ctx.cluster.list_workspaces().await?;
         ctx.index.lock().replace_all(listed);
         ctx.state().ledger.reset_for_full();
+        ctx.pull_secret_copies().clear();
     }
     let namespace_gone = terminated_namespaces(ctx).await?;
     let plan = {
@@ -250,6 +259,10 @@ async fn run_cycle(
     for action in settled.actions {
         spawn_action(ctx, action);
     }
+    for key in &settled.forgotten {
+        ctx.pull_secret_copies().forget(key);
+    }
+    refresh_pull_secret_copies(ctx).await;
     ctx.persist().await?;
     let requeue = ctx.state().ledger.requeue_after(Timestamp::now());
     tracing::info!(
@@ -283,11 +296,15 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
             return;
         };
         match action {
-            WorkspaceAction::Apply { key, config, version, .. } => {
-                let result = applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config).await;
+            WorkspaceAction::Apply { key, config, image_pull_secrets, version } => {
+                let result =
+                    applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config, &image_pull_secrets)
+                        .await;
+                let result = result.map(|applied| ctx2.pull_secret_copies().copied(&key, &applied.pull_secrets));
                 record_result(&ctx2, &key, version, result).await;
             }
             WorkspaceAction::Terminate { key } => {
+                ctx2.pull_secret_copies().forget(&key);
                 if let Err((error_type, message)) =
                     applier::terminate_workspace(&ctx2.cluster, &ctx2.config.policy, &key).await
                 {
@@ -300,6 +317,40 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
         }
     };
     ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
+}
+
+/// Copy every tracked pull secret whose source changed since its last copy. A source that is
+/// gone is an error for each workspace holding a copy; their next apply clears it.
+async fn refresh_pull_secret_copies(ctx: &Arc<Context>) {
+    let sources = ctx.pull_secret_copies().sources();
+    for source in sources {
+        let reference = crate::agent::pull_secrets::source_ref(&source);
+        let current = match ctx.cluster.get_secret(&source).await {
+            Ok(current) => current,
+            Err(error) => {
+                tracing::warn!(source = %reference, error = %api_message(&error), "could not read an image pull secret");
+                continue;
+            }
+        };
+        let rv = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
+        let stale = ctx.pull_secret_copies().stale_holders(&source, rv.as_deref());
+        for key in stale {
+            let result = match &current {
+                Some(secret) => applier::copy_pull_secret(&ctx.cluster, secret, &source, &key.namespace).await,
+                None => Err((ErrorType::Kubernetes, format!("image pull secret {reference} does not exist"))),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(source = %reference, namespace = %key.namespace, "copied a changed image pull secret again")
+                }
+                Err((error_type, message)) => {
+                    tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "image pull secret copy failed");
+                    ctx.state().ledger.errors.fail_now(&key, error_type, &message, Timestamp::now());
+                    emit_failure_event(ctx, &key, "ApplyFailed", "CopyPullSecret", &message).await;
+                }
+            }
+        }
+    }
 }
 
 /// An Event on the workspace's Deployment when it exists, else on the WorkspaceSyncStatus.

@@ -10,6 +10,7 @@ pub mod errors;
 pub mod index;
 pub mod ledger;
 pub mod metrics;
+pub mod pull_secrets;
 pub mod workspace;
 
 use crate::{Error, Result};

@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
         .route("/api/v1/agents", post(register_agent))
+        .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
@@ -119,8 +120,49 @@ async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, 
     if !is_dns_label(&request.id) {
         return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
     }
+    validate_pull_secrets(&request.image_pull_secrets)?;
     let token = state.store.create_agent(&request.id, &request.image_pull_secrets).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct SetImagePullSecrets {
+    image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+async fn set_image_pull_secrets(
+    State(state): State<Arc<AppState>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    authorize_admin(&state, &headers)?;
+    let request: SetImagePullSecrets = parse(&body)?;
+    validate_pull_secrets(&request.image_pull_secrets)?;
+    if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
+        return Err(ApiError(StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
+    }
+    Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
+}
+
+/// Names and namespaces must be DNS names, and one name may come from one namespace only:
+/// every copy lands in the workspace namespace under the source's name.
+fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), ApiError> {
+    let mut names = std::collections::HashMap::new();
+    for secret in secrets {
+        if !is_dns_subdomain(&secret.name) || secret.namespace.contains('.') || !is_dns_subdomain(&secret.namespace) {
+            return Err(bad_request("image pull secrets need a DNS name and namespace"));
+        }
+        if let Some(other) = names.insert(&secret.name, &secret.namespace)
+            && *other != secret.namespace
+        {
+            return Err(bad_request(format!(
+                "image pull secret {} is named in both {other} and {}",
+                secret.name, secret.namespace
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub fn is_dns_label(s: &str) -> bool {
@@ -129,6 +171,16 @@ pub fn is_dns_label(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    s.len() <= 253 && s.split('.').all(label)
 }
 
 async fn known_agent(state: &AppState, headers: &HeaderMap, agent: &str) -> Result<(), ApiError> {

@@ -24,6 +24,8 @@ pub struct WorkspaceSpec {
     pub env: BTreeMap<String, String>,
     pub agent_id: String,
     pub label_key: String,
+    /// Names of the pull secrets the agent copies into the namespace.
+    pub image_pull_secrets: Vec<String>,
 }
 
 /// The inventory's id, which is also its ConfigMap's name.
@@ -66,6 +68,15 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     if resources != json!({}) {
         container["resources"] = resources;
     }
+    let mut pod_spec = json!({
+        "serviceAccountName": spec.name,
+        "containers": [container],
+        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", spec.name) } }],
+    });
+    if !spec.image_pull_secrets.is_empty() {
+        let names: Vec<Value> = spec.image_pull_secrets.iter().map(|name| json!({ "name": name })).collect();
+        pod_spec["imagePullSecrets"] = Value::from(names);
+    }
     let documents = [
         json!({
             "apiVersion": "v1",
@@ -87,11 +98,7 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
                 "strategy": { "type": "Recreate" },
                 "template": {
                     "metadata": { "labels": labels },
-                    "spec": {
-                        "serviceAccountName": spec.name,
-                        "containers": [container],
-                        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", spec.name) } }],
-                    },
+                    "spec": pod_spec,
                 },
             },
         }),
@@ -143,7 +150,19 @@ mod tests {
             env: BTreeMap::from([("EDITOR".into(), "vim".into())]),
             agent_id: "1".into(),
             label_key: "agent.gitlab.com/id".into(),
+            image_pull_secrets: vec![],
         }
+    }
+
+    #[test]
+    fn pods_name_the_copied_pull_secrets_only_when_there_are_some() {
+        let pod = |spec: &WorkspaceSpec| {
+            let objects = crate::yaml::parse_objects(&build(spec, DesiredState::Running).unwrap()).unwrap();
+            objects[1].data["spec"]["template"]["spec"].clone()
+        };
+        assert!(pod(&spec()).get("imagePullSecrets").is_none(), "no empty list the server would drop");
+        let with = WorkspaceSpec { image_pull_secrets: vec!["regcred".into()], ..spec() };
+        assert_eq!(pod(&with)["imagePullSecrets"], serde_json::json!([{ "name": "regcred" }]));
     }
 
     #[test]

@@ -156,6 +156,7 @@ fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec 
         env: workspace.env.clone(),
         agent_id: agent.id.clone(),
         label_key: label_key.to_string(),
+        image_pull_secrets: agent.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
     }
 }
 

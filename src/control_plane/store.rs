@@ -174,6 +174,25 @@ impl Store {
         Ok(token)
     }
 
+    /// Replace an agent's image pull secrets; every workspace then gets its config again.
+    /// Returns false when there is no such agent.
+    pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
+        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut tx = self.pool.begin().await?;
+        let updated = sqlx::query("UPDATE agents SET image_pull_secrets = $1 WHERE id = $2")
+            .bind(secrets)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("UPDATE workspaces SET force_include_all_resources = 1 WHERE agent_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(updated == 1)
+    }
+
     pub async fn agent_by_token(&self, token: &str) -> StoreResult<Option<Agent>> {
         let row = sqlx::query("SELECT id, image_pull_secrets FROM agents WHERE token_hash = $1")
             .bind(hash_token(token))

@@ -4,6 +4,7 @@
 
 pub mod kubelet;
 pub mod stub;
+pub mod system;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -225,6 +226,12 @@ impl AgentProcess {
             .map(|n| std::fs::read_to_string(self.dir.path().join(format!("agent-{n}.log"))).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// How many cycles of this update type (`full`, `partial`) completed, from the logs.
+    pub fn cycles_logged(&self, update_type: &str) -> usize {
+        let span_field = format!("update_type={update_type}");
+        self.logs().lines().filter(|l| l.contains("sync cycle done") && l.contains(&span_field)).count()
     }
 
     pub fn is_running(&mut self) -> bool {

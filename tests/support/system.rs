@@ -1,0 +1,61 @@
+//! The whole system for end-to-end tests: the real `wsync control-plane` on SQLite, the real
+//! `wsync agent`, and a kubelet stand-in, against the local cluster.
+
+use super::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+pub struct System {
+    pub control_plane: ControlPlaneProcess,
+    pub agent: AgentProcess,
+    pub id: String,
+    _kubelet: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl System {
+    pub async fn start(prefix: &str) -> Self {
+        Self::start_with(prefix, &[]).await
+    }
+
+    /// `register`: extra arguments to `wsync agents register`.
+    pub async fn start_with(prefix: &str, register: &[&str]) -> Self {
+        let env = env();
+        let id = unique_id(prefix);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let database = format!("sqlite://{}/control-plane.db", dir.path().display());
+        let control_plane = ControlPlaneProcess::start(
+            &database,
+            dir.path().join("control-plane.log"),
+            &["--partial-reconciliation-interval-seconds", "1", "--full-reconciliation-interval-seconds", "60"],
+        );
+        let registered: Value =
+            serde_json::from_str(&control_plane.cli(&[&["agents", "register", &id, "-o", "json"], register].concat()))
+                .expect("json");
+        let token = registered["token"].as_str().expect("a token").to_string();
+        let agent = AgentProcess::start_with_token(env, &id, &control_plane.url, &token, &[]);
+        let client = admin_client(env).await;
+        let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
+        Self { control_plane, agent, id, _kubelet: kubelet, _dir: dir }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut full = vec!["workspaces", "--agent", &self.id];
+        full.extend_from_slice(args);
+        self.control_plane.cli(&full)
+    }
+
+    pub fn workspace(&self, name: &str) -> Value {
+        serde_json::from_str(&self.cli(&["get", name, "-o", "json"])).expect("workspace json")
+    }
+
+    pub async fn wait_actual(&self, name: &str, actual: &str) -> Value {
+        eventually(&format!("{name} to be {actual}"), LONG, || {
+            let workspace = self.workspace(name);
+            (workspace["actual_state"] == actual).then_some(workspace)
+        })
+        .await
+    }
+}
