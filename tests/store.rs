@@ -115,6 +115,40 @@ async fn suite(store: Store) {
     store.reconcile(&agent, &request(UpdateType::Partial, vec![gone]), &pipeline()).await.unwrap();
     let answer = store.reconcile(&agent, &request(UpdateType::Full, vec![]), &pipeline()).await.unwrap();
     assert!(answer.workspace_rails_infos.is_empty());
+
+    concurrent_reconciles_of_one_agent_all_succeed(&store, &other).await;
+}
+
+/// Two replicas may overlap for a moment: their reconciles wait for each other, and none fails
+/// (on PostgreSQL, rows locked in different orders used to deadlock).
+async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &wsync::control_plane::store::Agent) {
+    let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        let new = NewWorkspace {
+            name: name.clone(),
+            image: "busybox:1.36".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+        };
+        store.create_workspace(&agent.id, &new).await.unwrap();
+    }
+    let namespace = |name: &str| wsync::control_plane::store::workspace_namespace(&agent.id, name);
+    let runs = (0..16).map(|round| {
+        let mut infos: Vec<WorkspaceAgentInfo> = names
+            .iter()
+            .map(|name| WorkspaceAgentInfo {
+                latest_k8s_deployment_info: Some(running_deployment(name, &format!("{}", 100 + round))),
+                ..report(&namespace(name), name)
+            })
+            .collect();
+        // Reported in a different order each time.
+        infos.rotate_left(round % names.len());
+        async move { store.reconcile(agent, &request(UpdateType::Partial, infos), &pipeline()).await }
+    });
+    for result in futures::future::join_all(runs).await {
+        result.expect("a concurrent reconcile");
+    }
 }
 
 #[tokio::test]

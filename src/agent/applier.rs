@@ -137,6 +137,9 @@ async fn namespace_ownership(
     if policy.protected_namespace(namespace) {
         return Err(kubernetes(format!("refused: namespace {namespace} is protected")));
     }
+    if let Some(record) = cluster.cached_own_namespace(namespace) {
+        return Ok(Namespace::Ours(pull_secrets::parse_copied(record.as_deref())));
+    }
     let meta = cluster
         .namespace_meta(namespace)
         .await
@@ -183,7 +186,7 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
     let new = inventory.member_refs();
     let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 
-    cluster.apply_object(&with_members(&inventory.inventory, &union), &namespace).await?;
+    let mut written = cluster.apply_object(&with_members(&inventory.inventory, &union), &namespace).await?;
     for (_, member) in &inventory.members {
         cluster.apply_object(member, &namespace).await?;
     }
@@ -193,8 +196,9 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
         }
     }
     if union != new {
-        cluster.apply_object(&with_members(&inventory.inventory, &new), &namespace).await?;
+        written = cluster.apply_object(&with_members(&inventory.inventory, &new), &namespace).await?;
     }
+    cluster.remember_inventory(&namespace, &name, &written, new);
     Ok(())
 }
 

@@ -1,9 +1,10 @@
 //! Every Kubernetes side effect the agent has, in one place: the ledger object, the Deployment
 //! watch and LIST, namespaces, and server-side apply of workspace configs.
 
-use super::apply_plan::{MemberRef, OWNING_INVENTORY_ANNOTATION};
+use super::apply_cache::ApplyCache;
+use super::apply_plan::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use super::index::SharedIndex;
-use super::pull_secrets::{SOURCE_ANNOTATION, source_ref};
+use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
 use crate::protocol::ImagePullSecret;
@@ -31,6 +32,8 @@ pub struct ClusterConfig {
     pub agent_namespace: String,
     pub workspace_label_key: String,
     pub field_manager: String,
+    /// Read namespaces and inventories from watched caches instead of one GET per apply.
+    pub apply_cache: bool,
 }
 
 /// The Event API caps a note at 1 KiB.
@@ -43,6 +46,7 @@ pub struct Cluster {
     /// (group, kind) → resource, for pruning kinds known only from an inventory's keys.
     kinds: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
     recorder: Recorder,
+    cache: ApplyCache,
 }
 
 pub fn is_status(error: &kube::Error, code: u16) -> bool {
@@ -61,6 +65,7 @@ impl Cluster {
             config,
             discovery: Mutex::new(HashMap::new()),
             kinds: Mutex::new(HashMap::new()),
+            cache: ApplyCache::default(),
         }
     }
 
@@ -195,7 +200,10 @@ impl Cluster {
             ..Default::default()
         };
         match api.create(&PostParams::default(), &object).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.cache.set_own_namespace(namespace, None);
+                Ok(())
+            }
             Err(e) if is_status(&e, 409) => Ok(()),
             Err(e) => Err(e),
         }
@@ -203,6 +211,7 @@ impl Cluster {
 
     /// Delete a namespace; already gone is fine.
     pub async fn delete_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+        self.cache.forget_namespace(namespace);
         let api: Api<Namespace> = Api::all(self.client.clone());
         match api.delete(namespace, &Default::default()).await {
             Ok(_) => Ok(()),
@@ -215,6 +224,11 @@ impl Cluster {
         Ok(self.namespace_meta(namespace).await?.is_some())
     }
 
+    /// Some(copied-pull-secrets record) when the cache knows the namespace as the agent's own.
+    pub fn cached_own_namespace(&self, namespace: &str) -> Option<Option<String>> {
+        self.config.apply_cache.then(|| self.cache.own_namespace(namespace)).flatten()
+    }
+
     /// A namespace's metadata, or None when it does not exist.
     pub async fn namespace_meta(&self, namespace: &str) -> Result<Option<ObjectMeta>, kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
@@ -225,7 +239,11 @@ impl Cluster {
     pub async fn annotate_namespace(&self, namespace: &str, key: &str, value: Option<&str>) -> Result<(), kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
-        api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
+        let patched = api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        if self.cache.own_namespace(namespace).is_some() {
+            self.cache.set_own_namespace(namespace, own_namespace_record(&patched.metadata));
+        }
+        Ok(())
     }
 
     pub async fn get_secret(&self, source: &ImagePullSecret) -> Result<Option<Secret>, kube::Error> {
@@ -276,9 +294,66 @@ impl Cluster {
 
     /// The members an inventory ConfigMap lists now; none when it does not exist yet.
     pub async fn inventory_members(&self, namespace: &str, name: &str) -> Result<BTreeSet<MemberRef>, kube::Error> {
+        if self.config.apply_cache
+            && let Some(members) = self.cache.inventory(namespace, name)
+        {
+            return Ok(members);
+        }
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        let data = api.get_opt(name).await?.and_then(|cm| cm.data).unwrap_or_default();
-        Ok(data.keys().filter_map(|key| MemberRef::parse(key)).collect())
+        Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
+    }
+
+    /// The applier wrote this inventory: the next apply starts from it.
+    pub fn remember_inventory(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        members: BTreeSet<MemberRef>,
+    ) {
+        self.cache.set_inventory(namespace, name, resource_version, members);
+    }
+
+    /// Keep the apply cache from two watches: the agent's labelled namespaces, and its
+    /// labelled inventories. Runs until aborted; a failed watch retries with backoff.
+    pub async fn watch_apply_cache(&self) {
+        if !self.config.apply_cache {
+            return;
+        }
+        let own = self.workspace_selector();
+        let namespaces = async {
+            let api: Api<Namespace> = Api::all(self.client.clone());
+            follow(api, watcher::Config::default().labels(&own), "namespace", |event| match event {
+                Followed::Listed(all) => self
+                    .cache
+                    .replace_namespaces(all.iter().map(|ns| (ns.name_any(), own_namespace_record(&ns.metadata)))),
+                Followed::Applied(ns) => {
+                    self.cache.set_own_namespace(&ns.name_any(), own_namespace_record(&ns.metadata))
+                }
+                Followed::Deleted(ns) => self.cache.forget_namespace(&ns.name_any()),
+            })
+            .await
+        };
+        let inventory_selector = format!("{own},{INVENTORY_ID_LABEL}");
+        let inventories = async {
+            let api: Api<ConfigMap> = Api::all(self.client.clone());
+            let config = watcher::Config::default().labels(&inventory_selector);
+            follow(api, config, "inventory", |event| match event {
+                Followed::Listed(all) => self.cache.replace_inventories(all.iter().map(|cm| {
+                    let (rv, members) = inventory_projection(cm);
+                    ((cm.namespace().unwrap_or_default(), cm.name_any()), (rv, members))
+                })),
+                Followed::Applied(cm) => {
+                    let (rv, members) = inventory_projection(&cm);
+                    self.cache.set_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any(), &rv, members);
+                }
+                Followed::Deleted(cm) => {
+                    self.cache.forget_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any())
+                }
+            })
+            .await
+        };
+        futures::join!(namespaces, inventories);
     }
 
     async fn resolve_kind(&self, group: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
@@ -385,7 +460,8 @@ impl Cluster {
     }
 
     /// Server-side apply one object with force, under the agent's field manager.
-    pub async fn apply_object(&self, object: &DynamicObject, default_namespace: &str) -> Result<(), String> {
+    /// Server-side apply with force; returns the object's resourceVersion after it.
+    pub async fn apply_object(&self, object: &DynamicObject, default_namespace: &str) -> Result<String, String> {
         let types = object.types.as_ref().ok_or("object without apiVersion/kind")?;
         let gvk = GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
         let name = object.name_any();
@@ -402,12 +478,48 @@ impl Cluster {
         let params = PatchParams::apply(&self.config.field_manager).force();
         api.patch(&name, &params, &Patch::Apply(object))
             .await
-            .map(|_| ())
+            .map(|applied| applied.resource_version().unwrap_or_default())
             .map_err(|e| format!("{}: {}", describe(), api_message(&e)))
     }
 }
 
 /// The apiserver's own words for an API error, which is what a person needs to see.
+fn own_namespace_record(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned()
+}
+
+fn inventory_projection(cm: &ConfigMap) -> (String, BTreeSet<MemberRef>) {
+    let members = cm.data.iter().flat_map(|data| data.keys()).filter_map(|key| MemberRef::parse(key)).collect();
+    (cm.resource_version().unwrap_or_default(), members)
+}
+
+enum Followed<K> {
+    /// A (re)list: the whole current set.
+    Listed(Vec<K>),
+    Applied(K),
+    Deleted(K),
+}
+
+/// Follow a watch, turning kube's init/apply/delete events into whole relists and changes.
+async fn follow<K>(api: Api<K>, config: watcher::Config, what: &str, mut on: impl FnMut(Followed<K>))
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut relisted: Option<Vec<K>> = None;
+    let mut events = watcher(api, config).default_backoff().boxed();
+    loop {
+        match events.try_next().await {
+            Ok(Some(watcher::Event::Init)) => relisted = Some(Vec::new()),
+            Ok(Some(watcher::Event::InitApply(object))) => relisted.get_or_insert_with(Vec::new).push(object),
+            Ok(Some(watcher::Event::InitDone)) => on(Followed::Listed(relisted.take().unwrap_or_default())),
+            Ok(Some(watcher::Event::Apply(object))) => on(Followed::Applied(object)),
+            Ok(Some(watcher::Event::Delete(object))) => on(Followed::Deleted(object)),
+            Ok(None) => return,
+            Err(error) => tracing::warn!(%error, "{what} watch failed; retrying with backoff"),
+        }
+    }
+}
+
 pub fn api_message(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),

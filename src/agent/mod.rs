@@ -1,6 +1,7 @@
 //! The in-cluster agent (DESIGN §2).
 
 pub mod applier;
+pub mod apply_cache;
 pub mod apply_plan;
 pub mod cluster;
 pub mod control_plane;
@@ -71,6 +72,11 @@ pub struct AgentArgs {
     /// Workspaces applied at once.
     #[arg(long, env = "WSYNC_APPLY_CONCURRENCY", default_value_t = 16)]
     pub apply_concurrency: usize,
+
+    /// Read namespaces and inventories from watched caches (needs list/watch on namespaces
+    /// and configmaps); `false` reads them with one GET per apply instead.
+    #[arg(long, env = "WSYNC_APPLY_CACHE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub apply_cache: bool,
 
     /// Minimum gap between the starts of two cycles; triggers within it merge.
     #[arg(long, env = "WSYNC_MIN_CYCLE_GAP", default_value = "500ms", value_parser = parse_duration)]
@@ -189,6 +195,7 @@ fn cluster_config(args: &AgentArgs) -> ClusterConfig {
         agent_namespace: args.namespace.clone(),
         workspace_label_key: args.workspace_label_key.clone(),
         field_manager: args.field_manager.clone(),
+        apply_cache: args.apply_cache,
     }
 }
 
@@ -267,6 +274,8 @@ async fn lead(
 
     let watch_ctx = ctx.clone();
     let watcher = tokio::spawn(async move { watch_ctx.cluster().watch_workspaces(index).await });
+    let cache_ctx = ctx.clone();
+    let cache_watcher = tokio::spawn(async move { cache_ctx.cluster().watch_apply_cache().await });
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
         let _ = graceful_rx.await;
@@ -282,6 +291,7 @@ async fn lead(
         _ = leader.wait_for(|l| !*l) => ctx.abort_applies(),
     }
     watcher.abort();
+    cache_watcher.abort();
     Ok(())
 }
 

@@ -137,7 +137,9 @@ impl Store {
             workspaces[i].responded_to_agent_at = Some(now);
             workspaces[i].force_include_all_resources = false;
         }
-        let touched: HashSet<usize> = changed.into_iter().chain(returned).collect();
+        // In row order (by name): concurrent reconciles of one agent then lock rows in the same
+        // order and wait for each other instead of deadlocking on PostgreSQL.
+        let touched: std::collections::BTreeSet<usize> = changed.into_iter().chain(returned).collect();
         for i in touched {
             save(&mut tx, &workspaces[i]).await?;
         }

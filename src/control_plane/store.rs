@@ -149,12 +149,27 @@ impl Store {
             url.to_string()
         };
         // SQLite has one writer: one connection avoids "database is locked" under load.
-        let max = if url.starts_with("sqlite:") { 1 } else { 8 };
-        let pool = AnyPoolOptions::new().max_connections(max).connect(&url).await?;
-        if url.starts_with("sqlite:") {
-            sqlx::query("PRAGMA foreign_keys = ON").execute(&pool).await?;
-            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
-        }
+        let sqlite = url.starts_with("sqlite:");
+        let max = if sqlite { 1 } else { 8 };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            // Per connection, so that a reconnected pool keeps them. With WAL, `synchronous =
+            // NORMAL` never corrupts and survives a process crash; only a power loss may drop
+            // the last commits. FULL would fsync on every reconcile.
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        for pragma in
+                            ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"]
+                        {
+                            sqlx::query(pragma).execute(&mut *connection).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         Ok(Self { pool })
     }

@@ -141,6 +141,8 @@ pub struct AgentProcess {
     kubeconfig: PathBuf,
     pub dir: tempfile::TempDir,
     starts: u32,
+    /// Delete the agent's WorkspaceSyncStatus and namespaces when dropped.
+    cleanup: bool,
 }
 
 impl AgentProcess {
@@ -176,7 +178,7 @@ impl AgentProcess {
             args.extend(["--metrics-address".into(), "127.0.0.1:0".into()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut agent = Self { id: id.into(), child: None, args, kubeconfig, dir, starts: 0 };
+        let mut agent = Self { id: id.into(), child: None, args, kubeconfig, dir, starts: 0, cleanup: true };
         agent.spawn();
         agent
     }
@@ -234,6 +236,16 @@ impl AgentProcess {
         self.logs().lines().filter(|l| l.contains("sync cycle done") && l.contains(&span_field)).count()
     }
 
+    /// Leave the agent's objects behind when dropped, for a successor with the same id.
+    pub fn keep_cluster_state(mut self) -> Self {
+        self.cleanup = false;
+        self
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
@@ -244,6 +256,9 @@ impl Drop for AgentProcess {
         self.kill9();
         if std::thread::panicking() {
             eprintln!("---- agent {} logs ----\n{}", self.id, self.logs());
+        }
+        if !self.cleanup {
+            return;
         }
         // Leave the shared cluster as we found it; deletion finishes in the background.
         let env = env();

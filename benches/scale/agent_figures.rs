@@ -1,0 +1,385 @@
+//! The agent's figures at one N: full resync against its floor, the idle partial cycle,
+//! memory, latencies, and the WorkspaceSyncStatus size.
+
+use crate::support::stub::{Reply, StubControlPlane};
+use crate::support::{self, AGENT_NAMESPACE, AgentProcess, LABEL_KEY};
+use crate::workload::{self, CONCURRENCY, Workload};
+use crate::{Options, percentile};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wsync::protocol::{
+    ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType, WorkspaceAgentInfo,
+    WorkspaceRailsInfo,
+};
+
+const PARTIAL_SECONDS: u64 = 1;
+
+pub struct Row {
+    pub n: usize,
+    pub full_ms: f64,
+    pub full_uncached_ms: f64,
+    pub floor_ms: f64,
+    pub idle_writes: usize,
+    pub idle_max_infos: usize,
+    pub idle_max_body: usize,
+    pub idle_cpu_ms_per_cycle: f64,
+    pub rss_bytes_per_workspace: f64,
+    pub report_p50: f64,
+    pub report_p99: f64,
+    pub apply_p50: f64,
+    pub apply_p99: f64,
+    pub wss_bytes: usize,
+}
+
+/// A control plane that answers every reported workspace with its config, and also returns
+/// the workspaces whose desired state the benchmark just changed, as the real one would.
+#[derive(Clone, Default)]
+struct Desired {
+    configs: Arc<Mutex<HashMap<(String, String), String>>>,
+    changed: Arc<Mutex<HashSet<(String, String)>>>,
+}
+
+impl Desired {
+    fn respond(&self, request: &ReconcileRequest) -> ReconcileResponse {
+        let configs = self.configs.lock().expect("configs");
+        let mut returned: Vec<(String, String, Option<String>)> = request
+            .workspace_agent_infos
+            .iter()
+            .map(|i| {
+                let rv = i.latest_k8s_deployment_info.as_ref().and_then(|d| d["metadata"]["resourceVersion"].as_str());
+                (i.namespace.clone(), i.name.clone(), rv.map(str::to_string))
+            })
+            .collect();
+        for (ns, name) in self.changed.lock().expect("changed").drain() {
+            returned.push((ns, name, None));
+        }
+        let infos = returned
+            .into_iter()
+            .map(|(namespace, name, rv)| WorkspaceRailsInfo {
+                config_to_apply: configs.get(&(namespace.clone(), name.clone())).cloned().unwrap_or_default(),
+                name,
+                namespace,
+                desired_state: DesiredState::Running,
+                actual_state: ActualState::Running,
+                deployment_resource_version: rv,
+                image_pull_secrets: vec![],
+            })
+            .collect();
+        let settings = Settings {
+            full_reconciliation_interval_seconds: 3600,
+            partial_reconciliation_interval_seconds: PARTIAL_SECONDS,
+        };
+        ReconcileResponse { workspace_rails_infos: infos, settings: Some(settings) }
+    }
+}
+
+fn proc_field(pid: u32, file: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default()
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = proc_field(pid, "status");
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kib.and_then(|k| k.parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+/// User + system CPU time of a process.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = proc_field(pid, "stat");
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let Ok(response) = reqwest::get(&url).await else { return 0.0 };
+    let text = response.text().await.unwrap_or_default();
+    text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+}
+
+async fn wait_for_metric(port: u16, name: &str, at_least: f64, timeout: Duration) -> Instant {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if metric(port, name).await >= at_least {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {name} ≥ {at_least}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const APPLIED: &str = "wsync_applies_total{result=\"success\"}";
+
+/// An agent logging at info: the tests' debug level would cost CPU the figures should not show.
+async fn start_agent(id: &str, url: &str, port: u16, apply_cache: bool) -> AgentProcess {
+    let address = format!("127.0.0.1:{port}");
+    let cache = format!("--apply-cache={apply_cache}");
+    let args = ["--metrics-address", address.as_str(), "--request-timeout", "120s", cache.as_str()];
+    let agent = AgentProcess::start(support::env(), id, url, &args).keep_cluster_state();
+    let level = format!("http://{address}/loglevel");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reqwest::Client::new().put(&level).body("info").send().await.map_or(true, |r| !r.status().is_success()) {
+        assert!(Instant::now() < deadline, "the agent's metrics endpoint never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    agent
+}
+
+/// The RSS of an agent with no workspaces, after its first cycles.
+pub async fn baseline_rss() -> u64 {
+    let stub = StubControlPlane::start(Default::default()).await;
+    let id = support::unique_id("bench-base");
+    let agent = start_agent(&id, &stub.url, support::free_port(), true).await;
+    stub.wait_for("the first cycle", 0, Duration::from_secs(60), |_| true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_bytes(agent.pid().expect("pid"));
+    drop(agent);
+    let _ = support::kubectl(support::env(), &["-n", AGENT_NAMESPACE, "delete", "wss", &id, "--ignore-not-found"]);
+    rss
+}
+
+fn annotate_resync(id: &str, value: &str) {
+    let wss = format!("wss/{id}");
+    let annotation = format!("wsync.dev/resync-requested={value}");
+    support::kubectl_ok(support::env(), &["-n", AGENT_NAMESPACE, "annotate", &wss, &annotation, "--overwrite"]);
+}
+
+/// What the same client does with no agent logic: one LIST, one control-plane round trip,
+/// and a server-side apply of every object of every config, with the agent's concurrency.
+async fn floor(client: &Client, workload: &Workload, url: &str) -> Duration {
+    let started = Instant::now();
+    let api: Api<Deployment> = Api::all(client.clone());
+    let mut params = ListParams::default().labels(&format!("{LABEL_KEY}={}", workload.id)).limit(500);
+    let mut infos = Vec::new();
+    loop {
+        let page = api.list(&params).await.expect("list");
+        for mut d in page.items {
+            d.metadata.managed_fields = None;
+            infos.push(WorkspaceAgentInfo {
+                name: d.metadata.name.clone().unwrap_or_default(),
+                namespace: d.metadata.namespace.clone().unwrap_or_default(),
+                latest_k8s_deployment_info: Some(serde_json::to_value(&d).expect("json")),
+                ..Default::default()
+            });
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let request = ReconcileRequest { update_type: UpdateType::Full, workspace_agent_infos: infos };
+    let http = reqwest::Client::new();
+    let response: ReconcileResponse = http
+        .post(format!("{url}{}", wsync::protocol::RECONCILE_PATH))
+        .bearer_auth(support::stub::STUB_TOKEN)
+        .json(&request)
+        .send()
+        .await
+        .expect("post")
+        .json()
+        .await
+        .expect("answer");
+    let objects: Vec<serde_json::Value> = response
+        .workspace_rails_infos
+        .iter()
+        .flat_map(|info| wsync::yaml::parse_objects(&info.config_to_apply).expect("config"))
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .collect();
+    futures::stream::iter(&objects)
+        .for_each_concurrent(CONCURRENCY, |object| async move {
+            workload::apply(client, object).await.expect("apply");
+        })
+        .await;
+    started.elapsed()
+}
+
+/// Wait for the agent's first full cycle, then time `runs` requested full resyncs, each
+/// after a floor run.
+async fn full_resyncs(
+    client: &Client,
+    workload: &Workload,
+    url: &str,
+    port: u16,
+    runs: usize,
+    floors: &mut Vec<Duration>,
+    label: &str,
+) -> Vec<Duration> {
+    let n = workload.keys.len();
+    let long = Duration::from_secs(60 + n as u64 / 10);
+    let started = Instant::now();
+    wait_for_metric(port, APPLIED, n as f64, long).await;
+    eprintln!("  {label}: first full cycle after start: {:.1?}", started.elapsed());
+    let mut fulls = Vec::new();
+    for run in 0..runs {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let floor = floor(client, workload, url).await;
+        floors.push(floor);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = metric(port, APPLIED).await;
+        let started = Instant::now();
+        annotate_resync(&workload.id, &format!("{label}-{run}"));
+        let done = wait_for_metric(port, APPLIED, before + n as f64, long).await;
+        fulls.push(done - started);
+        eprintln!("  {label} full resync {run}: agent {:.0?}, floor {floor:.0?}", done - started);
+    }
+    fulls
+}
+
+pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
+    eprintln!("== N = {n}");
+    let env = support::env();
+    let admin = support::admin_client(env).await;
+    let agent_client = {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&env.agent_kubeconfig).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("agent kubeconfig");
+        Client::try_from(config).expect("client")
+    };
+    let workload = workload::create(&admin, n).await;
+    let desired = Desired { configs: Arc::new(Mutex::new(workload.configs.clone())), ..Default::default() };
+    let stub = StubControlPlane::start(Default::default()).await;
+    let responder = desired.clone();
+    stub.set_responder(move |request| Reply::created(&responder.respond(request)));
+    let long = Duration::from_secs(60 + n as u64 / 10);
+    let mut floors = Vec::new();
+
+    // 1a. Full resync without the apply cache (one GET per namespace and inventory), then
+    // with it; each run alternates with the floor.
+    let port = support::free_port();
+    let uncached = start_agent(&workload.id, &stub.url, port, false).await;
+    let fulls_uncached =
+        full_resyncs(&agent_client, &workload, &stub.url, port, options.runs, &mut floors, "uncached").await;
+    // SIGTERM releases the Lease, so the successor needs no expiry.
+    let mut uncached = uncached;
+    uncached.terminate();
+    let port = support::free_port();
+    let agent = start_agent(&workload.id, &stub.url, port, true).await;
+    let pid = agent.pid().expect("pid");
+    let fulls = full_resyncs(&agent_client, &workload, &stub.url, port, options.runs, &mut floors, "cached").await;
+
+    // 2. Idle partial cycles.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mark = support::audit_mark(env);
+    let seen = stub.count();
+    let cpu_before = cpu_time(pid);
+    tokio::time::sleep(Duration::from_secs(options.idle_seconds)).await;
+    let cpu = cpu_time(pid) - cpu_before;
+    let idle: Vec<_> = stub.requests().into_iter().skip(seen).collect();
+    let writes = support::agent_writes(env, mark, |e| e["objectRef"]["resource"] != "leases");
+    let max_body = idle.iter().map(|r| serde_json::to_vec(&r.request).map_or(0, |b| b.len())).max().unwrap_or(0);
+    let max_infos = idle.iter().map(|r| r.request.workspace_agent_infos.len()).max().unwrap_or(0);
+    let idle_cpu_ms_per_cycle = cpu.as_secs_f64() * 1000.0 / idle.len().max(1) as f64;
+
+    // 3. Memory.
+    let rss = rss_bytes(pid);
+    let rss_bytes_per_workspace = rss.saturating_sub(baseline_rss) as f64 / n as f64;
+
+    // 4a. A Deployment change reaching the control plane.
+    let deployments = |ns: &str| Api::<Deployment>::namespaced(admin.clone(), ns);
+    let mut reported = Vec::new();
+    for sample in 0..options.samples {
+        let (ns, name) = &workload.keys[(sample * 7919) % n];
+        let patch =
+            serde_json::json!({ "metadata": { "annotations": { "bench.wsync.dev/sample": sample.to_string() } } });
+        let seen = stub.count();
+        let changed = deployments(ns).patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+        let changed_at = Instant::now();
+        // The deployment controller may write the object again right after; any version from
+        // the patch on counts. (resourceVersions are etcd revisions here, so they compare.)
+        let version = |rv: Option<&str>| rv.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let patched = version(changed.metadata.resource_version.as_deref());
+        let (_, request) = stub
+            .wait_for("the change reported", seen, long, |r| {
+                r.request.workspace_agent_infos.iter().any(|i| {
+                    &i.name == name
+                        && &i.namespace == ns
+                        && i.latest_k8s_deployment_info
+                            .as_ref()
+                            .is_some_and(|d| version(d["metadata"]["resourceVersion"].as_str()) >= patched)
+                })
+            })
+            .await;
+        reported.push(request.received.saturating_duration_since(changed_at));
+    }
+
+    // 4b. A desired-state change applied in the cluster.
+    let mut applied = Vec::new();
+    for sample in 0..options.samples {
+        let key = workload.keys[(sample * 104_729 + 1) % n].clone();
+        let marker = format!("s{sample}");
+        let config = workload::config(&key.0, &key.1, &workload.id, &marker);
+        let changed_at = Instant::now();
+        desired.configs.lock().expect("configs").insert(key.clone(), config);
+        desired.changed.lock().expect("changed").insert(key.clone());
+        let api = deployments(&key.0);
+        loop {
+            let current = api.get(&key.1).await.expect("get");
+            let annotations = current.metadata.annotations.unwrap_or_default();
+            if annotations.get("bench.wsync.dev/desired") == Some(&marker) {
+                applied.push(changed_at.elapsed());
+                break;
+            }
+            assert!(changed_at.elapsed() < long, "desired change {marker} never applied");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    // 5. The WorkspaceSyncStatus.
+    let wss_bytes = support::wss_json(env, &workload.id).map_or(0, |w| serde_json::to_vec(&w).map_or(0, |b| b.len()));
+    drop(agent);
+    workload::delete(&admin, &workload).await;
+    let median = |samples: &[Duration]| percentile(samples, 50.0);
+    Row {
+        n,
+        full_ms: median(&fulls),
+        full_uncached_ms: median(&fulls_uncached),
+        floor_ms: median(&floors),
+        idle_writes: writes.len(),
+        idle_max_infos: max_infos,
+        idle_max_body: max_body,
+        idle_cpu_ms_per_cycle,
+        rss_bytes_per_workspace,
+        report_p50: percentile(&reported, 50.0),
+        report_p99: percentile(&reported, 99.0),
+        apply_p50: percentile(&applied, 50.0),
+        apply_p99: percentile(&applied, 99.0),
+        wss_bytes,
+    }
+}
+
+pub fn print_table(rows: &[Row]) {
+    println!("| figure | target |{}", rows.iter().map(|r| format!(" N={} |", r.n)).collect::<String>());
+    println!("|---|---|{}", rows.iter().map(|_| "---|").collect::<String>());
+    let line = |figure: &str, target: &str, value: &dyn Fn(&Row) -> String| {
+        println!("| {figure} | {target} |{}", rows.iter().map(|r| format!(" {} |", value(r))).collect::<String>());
+    };
+    line("full resync, floor (ms)", "", &|r| format!("{:.0}", r.floor_ms));
+    line("full resync, agent before: GET per apply (ms)", "", &|r| format!("{:.0}", r.full_uncached_ms));
+    line("full resync, agent before ÷ floor", "", &|r| format!("{:.2}", r.full_uncached_ms / r.floor_ms));
+    line("full resync, agent with apply cache (ms)", "", &|r| format!("{:.0}", r.full_ms));
+    line("full resync, agent with apply cache ÷ floor", "≤ 1.25", &|r| format!("**{:.2}**", r.full_ms / r.floor_ms));
+    line("idle partial: apiserver writes", "0", &|r| r.idle_writes.to_string());
+    line("idle partial: infos sent (max)", "0", &|r| r.idle_max_infos.to_string());
+    line("idle partial: request body (max bytes)", "`[]`", &|r| r.idle_max_body.to_string());
+    line("idle partial: agent CPU per cycle (ms)", "", &|r| format!("{:.2}", r.idle_cpu_ms_per_cycle));
+    line("agent RSS above baseline per workspace (bytes)", "≤ 2048", &|r| {
+        format!("{:.0}", r.rss_bytes_per_workspace)
+    });
+    line("Deployment change → control plane, p50 (ms)", "", &|r| format!("{:.0}", r.report_p50));
+    line("Deployment change → control plane, p99 (ms)", "< 1000", &|r| format!("{:.0}", r.report_p99));
+    line("desired change → applied, p50 (ms)", "", &|r| format!("{:.0}", r.apply_p50));
+    let apply_target = format!("≤ {}", PARTIAL_SECONDS * 1000 + 1000);
+    line("desired change → applied, p99 (ms)", &apply_target, &|r| format!("{:.0}", r.apply_p99));
+    line("WorkspaceSyncStatus size (bytes)", "< 1 MiB", &|r| r.wss_bytes.to_string());
+    println!();
+}

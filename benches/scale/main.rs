@@ -1,0 +1,102 @@
+//! The scale benchmark (issue 6, BENCHMARKS.md): the real `wsync agent` against the local real
+//! apiserver, with N workspaces, each figure next to a floor measured in the same run.
+//!
+//! `cargo bench --bench scale` runs N ∈ {100, 1000, 10000} (override with
+//! `WSYNC_BENCH_SIZES=100,1000`). Under `cargo test` (no `--bench` argument) it runs a smoke
+//! pass at N=100 with few samples, so that CI keeps it working.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod agent_figures;
+mod control_plane;
+mod workload;
+
+use std::time::Duration;
+
+pub struct Options {
+    pub sizes: Vec<usize>,
+    /// Latency samples per figure and size.
+    pub samples: usize,
+    /// Timed full resyncs per size (agent and floor alternate).
+    pub runs: usize,
+    /// Seconds of idle partial cycles to observe.
+    pub idle_seconds: u64,
+    /// Seconds per control-plane throughput run.
+    pub throughput_seconds: u64,
+}
+
+impl Options {
+    fn from_env() -> Self {
+        let full = std::env::args().any(|a| a == "--bench");
+        let sizes = std::env::var("WSYNC_BENCH_SIZES")
+            .ok()
+            .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_else(|| if full { vec![100, 1000, 10_000] } else { vec![100] });
+        if full {
+            Self { sizes, samples: 200, runs: 3, idle_seconds: 10, throughput_seconds: 5 }
+        } else {
+            Self { sizes, samples: 20, runs: 1, idle_seconds: 3, throughput_seconds: 1 }
+        }
+    }
+}
+
+/// Median and a percentile of samples, in milliseconds.
+pub fn percentile(samples: &[Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn command_line(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unavailable ({e})"))
+}
+
+fn machine() -> Vec<(String, String)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model =
+        cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':']));
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo.lines().find(|l| l.starts_with("MemTotal")).unwrap_or_default().to_string();
+    let env = support::env();
+    let server = support::kubectl(env, &["version", "-o", "json"]);
+    let server: serde_json::Value = serde_json::from_slice(&server.stdout).unwrap_or_default();
+    vec![
+        (
+            "cpu".into(),
+            format!("{} × {}", std::thread::available_parallelism().map_or(0, |n| n.get()), model.unwrap_or("?")),
+        ),
+        ("memory".into(), memory.trim_start_matches("MemTotal:").trim().to_string()),
+        ("kernel".into(), command_line("uname", &["-sr"])),
+        ("rustc".into(), command_line("rustc", &["--version"])),
+        ("kube-apiserver".into(), server["serverVersion"]["gitVersion"].as_str().unwrap_or("?").to_string()),
+        ("wsync".into(), format!("{} (debug assertions: {})", env!("CARGO_PKG_VERSION"), cfg!(debug_assertions))),
+    ]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    wsync::install_crypto_provider();
+    let options = Options::from_env();
+    println!("# wsync scale benchmark\n");
+    for (what, value) in machine() {
+        println!("- {what}: {value}");
+    }
+    println!();
+    let mut rows = Vec::new();
+    let baseline_rss = agent_figures::baseline_rss().await;
+    println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline_rss as f64 / 1048576.0);
+    for &n in &options.sizes {
+        rows.push(agent_figures::measure(n, &options, baseline_rss).await);
+    }
+    agent_figures::print_table(&rows);
+    control_plane::print_throughput(&options).await;
+}

@@ -1,0 +1,148 @@
+//! The benchmark's workspaces: N labelled Deployments, 100 to a namespace, each with a config
+//! (an inventory and its Deployment) that is exactly what the cluster already holds, so that a
+//! resync's applies are true no-ops, as in a steady-state cluster.
+
+use crate::support::{self, LABEL_KEY, TEST_LABEL};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub const PER_NAMESPACE: usize = 100;
+pub const FIELD_MANAGER: &str = "wsync";
+pub const CONCURRENCY: usize = 16;
+
+pub struct Workload {
+    pub id: String,
+    pub keys: Vec<(String, String)>,
+    pub configs: HashMap<(String, String), String>,
+}
+
+pub fn deployment(namespace: &str, name: &str, id: &str, inventory: &str, marker: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": { LABEL_KEY: id, "app": name },
+            "annotations": { "config.k8s.io/owning-inventory": inventory, "bench.wsync.dev/desired": marker },
+        },
+        "spec": {
+            "replicas": 0,
+            "paused": true,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "main", "image": "busybox:1.36" }] },
+            },
+        },
+    })
+}
+
+pub fn inventory(namespace: &str, name: &str, id: &str) -> Value {
+    let inventory = format!("{name}-inventory");
+    let member = format!("{namespace}_{name}_apps_Deployment");
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": inventory,
+            "namespace": namespace,
+            "labels": { "cli-utils.sigs.k8s.io/inventory-id": inventory, LABEL_KEY: id },
+        },
+        "data": { member: "" },
+    })
+}
+
+/// The config the control plane hands out: the inventory and its Deployment, as YAML.
+pub fn config(namespace: &str, name: &str, id: &str, marker: &str) -> String {
+    let inventory_id = format!("{name}-inventory");
+    let documents = [inventory(namespace, name, id), deployment(namespace, name, id, &inventory_id, marker)];
+    documents.iter().map(|d| format!("---\n{}", serde_yaml::to_string(d).expect("yaml"))).collect()
+}
+
+pub async fn apply(client: &Client, object: &Value) -> Result<(), kube::Error> {
+    let object: DynamicObject = serde_json::from_value(object.clone()).expect("object");
+    let types = object.types.clone().expect("types");
+    let gvk = kube::core::GroupVersionKind::try_from(&types).expect("gvk");
+    let resource = kube::discovery::ApiResource::from_gvk(&gvk);
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map(|_| ())
+}
+
+/// Create N workspaces as the agent would leave them, and their configs.
+pub async fn create(client: &Client, n: usize) -> Workload {
+    let id = support::unique_id("bench");
+    let started = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let keys: Vec<(String, String)> =
+        (0..n).map(|i| (format!("{id}-{}", i / PER_NAMESPACE), format!("ws-{i}"))).collect();
+    let mut names: Vec<&String> = keys.iter().map(|(ns, _)| ns).collect();
+    names.dedup();
+    for ns in names {
+        let object = json!({ "apiVersion": "v1", "kind": "Namespace",
+            "metadata": { "name": ns, "labels": { LABEL_KEY: id, TEST_LABEL: id } } });
+        namespaces
+            .patch(ns, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object))
+            .await
+            .expect("create a namespace");
+    }
+    let configs: HashMap<(String, String), String> =
+        keys.iter().map(|(ns, name)| ((ns.clone(), name.clone()), config(ns, name, &id, "0"))).collect();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(&keys)
+        .for_each_concurrent(CONCURRENCY, |(ns, name)| {
+            let (client, id, done) = (client.clone(), id.clone(), &done);
+            async move {
+                let inventory_id = format!("{name}-inventory");
+                apply(&client, &inventory(ns, name, &id)).await.expect("create an inventory");
+                apply(&client, &deployment(ns, name, &id, &inventory_id, "0")).await.expect("create a Deployment");
+                let count = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if count % 1000 == 0 {
+                    eprintln!("  created {count}/{n} workspaces ({:.0?})", started.elapsed());
+                }
+            }
+        })
+        .await;
+    // The deployment controller writes each new Deployment's status once; let it finish, so
+    // that what follows measures a quiet cluster.
+    let api: Api<Deployment> = Api::all(client.clone());
+    let selector = format!("{LABEL_KEY}={id}");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let listed = api.list(&kube::api::ListParams::default().labels(&selector)).await.expect("list");
+        let observed = listed.items.iter().filter(|d| d.status.as_ref().and_then(|s| s.observed_generation).is_some());
+        if observed.count() == n || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("  {n} workspaces ready in {:.1?}", started.elapsed());
+    Workload { id, keys, configs }
+}
+
+/// Delete the namespaces and wait until they are gone, so the next size starts quiet.
+pub async fn delete(client: &Client, workload: &Workload) {
+    let env = support::env();
+    let selector = format!("{TEST_LABEL}={}", workload.id);
+    support::kubectl_ok(env, &["delete", "namespace", "-l", &selector, "--wait=false"]);
+    let _ =
+        support::kubectl(env, &["-n", support::AGENT_NAMESPACE, "delete", "wss", &workload.id, "--ignore-not-found"]);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(900) {
+        let left = namespaces.list(&kube::api::ListParams::default().labels(&selector)).await.map(|l| l.items.len());
+        if left.unwrap_or(0) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("  cleaned up in {:.1?}", started.elapsed());
+}
