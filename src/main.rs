@@ -3,6 +3,11 @@ use std::process::ExitCode;
 use wsync::agent::AgentArgs;
 use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
 
+/// mimalloc hands freed memory back to the OS; with glibc's per-thread arenas, the peak of a
+/// full resync (every workspace's config at once) stayed resident for good (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "wsync", version, about = "Keeps cloud development workspaces in step with a control plane")]
 struct Cli {

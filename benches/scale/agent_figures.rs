@@ -200,17 +200,43 @@ async fn floor(client: &Client, workload: &Workload, url: &str) -> Duration {
     started.elapsed()
 }
 
+/// When the full cycle after the first `skip` ones began: its "sync cycle done" line's time,
+/// minus the cycle's own elapsed time. The clock starts when the cycle begins, not when the
+/// request for it was made, so the leading-edge gap between cycles is not counted.
+fn full_cycle_start(agent: &AgentProcess, skip: usize) -> jiff::Timestamp {
+    let logs = agent.logs();
+    let line = logs
+        .lines()
+        .filter(|l| l.contains("sync cycle done") && l.contains("update_type=full"))
+        .nth(skip)
+        .expect("the requested full cycle in the agent's log");
+    let at: jiff::Timestamp = line.split_whitespace().next().and_then(|t| t.parse().ok()).expect("a timestamp");
+    let elapsed_ms: i64 = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("elapsed_ms="))
+        .and_then(|ms| ms.parse().ok())
+        .expect("elapsed_ms");
+    at - jiff::SignedDuration::from_millis(elapsed_ms)
+}
+
 /// Wait for the agent's first full cycle, then time `runs` requested full resyncs, each
 /// after a floor run.
+/// An agent under measurement: its process, metrics port, and a label for the progress lines.
+struct Measured<'a> {
+    agent: &'a AgentProcess,
+    port: u16,
+    label: &'a str,
+}
+
 async fn full_resyncs(
+    measured: Measured<'_>,
     client: &Client,
     workload: &Workload,
     url: &str,
-    port: u16,
     runs: usize,
     floors: &mut Vec<Duration>,
-    label: &str,
 ) -> Vec<Duration> {
+    let Measured { agent, port, label } = measured;
     let n = workload.keys.len();
     let long = Duration::from_secs(60 + n as u64 / 10);
     let started = Instant::now();
@@ -223,11 +249,14 @@ async fn full_resyncs(
         floors.push(floor);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = metric(port, APPLIED).await;
-        let started = Instant::now();
+        let fulls_logged = agent.cycles_logged("full");
         annotate_resync(&workload.id, &format!("{label}-{run}"));
-        let done = wait_for_metric(port, APPLIED, before + n as f64, long).await;
-        fulls.push(done - started);
-        eprintln!("  {label} full resync {run}: agent {:.0?}, floor {floor:.0?}", done - started);
+        wait_for_metric(port, APPLIED, before + n as f64, long).await;
+        let done = jiff::Timestamp::now();
+        let started = full_cycle_start(agent, fulls_logged);
+        let took = Duration::try_from(done.duration_since(started)).unwrap_or_default();
+        fulls.push(took);
+        eprintln!("  {label} full resync {run}: agent {took:.0?}, floor {floor:.0?}");
     }
     fulls
 }
@@ -257,15 +286,30 @@ pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
     // with it; each run alternates with the floor.
     let port = support::free_port();
     let uncached = start_agent(&workload.id, &stub.url, port, false).await;
-    let fulls_uncached =
-        full_resyncs(&agent_client, &workload, &stub.url, port, options.runs, &mut floors, "uncached").await;
+    let fulls_uncached = full_resyncs(
+        Measured { agent: &uncached, port, label: "uncached" },
+        &agent_client,
+        &workload,
+        &stub.url,
+        options.runs,
+        &mut floors,
+    )
+    .await;
     // SIGTERM releases the Lease, so the successor needs no expiry.
     let mut uncached = uncached;
     uncached.terminate();
     let port = support::free_port();
     let agent = start_agent(&workload.id, &stub.url, port, true).await;
     let pid = agent.pid().expect("pid");
-    let fulls = full_resyncs(&agent_client, &workload, &stub.url, port, options.runs, &mut floors, "cached").await;
+    let fulls = full_resyncs(
+        Measured { agent: &agent, port, label: "cached" },
+        &agent_client,
+        &workload,
+        &stub.url,
+        options.runs,
+        &mut floors,
+    )
+    .await;
 
     // 2. Idle partial cycles.
     tokio::time::sleep(Duration::from_secs(3)).await;

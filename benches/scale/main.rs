@@ -2,7 +2,8 @@
 //! apiserver, with N workspaces, each figure next to a floor measured in the same run.
 //!
 //! `cargo bench --bench scale` runs N ∈ {100, 1000, 10000} (override with
-//! `WSYNC_BENCH_SIZES=100,1000`). Under `cargo test` (no `--bench` argument) it runs a smoke
+//! `WSYNC_BENCH_SIZES=100,1000`; `WSYNC_BENCH_SAMPLES` and `WSYNC_BENCH_RUNS` set the latency
+//! samples and timed full resyncs per size). Under `cargo test` (no `--bench` argument) it runs a smoke
 //! pass at N=100 with few samples, so that CI keeps it working.
 
 #[path = "../../tests/support/mod.rs"]
@@ -33,10 +34,15 @@ impl Options {
             .ok()
             .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
             .unwrap_or_else(|| if full { vec![100, 1000, 10_000] } else { vec![100] });
-        if full {
-            Self { sizes, samples: 200, runs: 3, idle_seconds: 10, throughput_seconds: 5 }
-        } else {
-            Self { sizes, samples: 20, runs: 1, idle_seconds: 3, throughput_seconds: 1 }
+        let number =
+            |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+        let (samples, runs) = if full { (200, 3) } else { (20, 1) };
+        Self {
+            sizes,
+            samples: number("WSYNC_BENCH_SAMPLES", samples),
+            runs: number("WSYNC_BENCH_RUNS", runs),
+            idle_seconds: if full { 10 } else { 3 },
+            throughput_seconds: if full { 5 } else { 1 },
         }
     }
 }

@@ -51,14 +51,20 @@ struct SyncState {
     consecutive_failures: u32,
 }
 
+struct Written {
+    status: Option<WorkspaceSyncStatusStatus>,
+    key: Option<super::ledger::RenderKey>,
+}
+
 pub struct Context {
     cluster: Cluster,
     control_plane: ControlPlaneClient,
     index: SharedIndex,
     config: LoopConfig,
     state: Mutex<SyncState>,
-    /// The status as last written; held across the write so writes never reorder.
-    written: tokio::sync::Mutex<Option<WorkspaceSyncStatusStatus>>,
+    /// The status as last written, and the ledger's render key then; held across the write
+    /// so writes never reorder.
+    written: tokio::sync::Mutex<Written>,
     last_cycle_start: tokio::sync::Mutex<Option<Instant>>,
     apply_slots: Arc<Semaphore>,
     applies: Mutex<JoinSet<()>>,
@@ -85,7 +91,7 @@ impl Context {
             apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             config,
             state: Mutex::new(SyncState { ledger, full_done: false, prerequisites: None, consecutive_failures: 0 }),
-            written: tokio::sync::Mutex::new(written),
+            written: tokio::sync::Mutex::new(Written { status: written, key: None }),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
             pull_secret_copies: Mutex::new(CopyTracker::default()),
@@ -115,19 +121,27 @@ impl Context {
     async fn persist(&self) -> Result<()> {
         let mut written = self.written.lock().await;
         let workspaces = self.index.lock().len();
-        let status = self.state().ledger.to_status(workspaces, written.as_ref(), Timestamp::now());
+        let (key, status) = {
+            let state = self.state();
+            let key = state.ledger.render_key(workspaces);
+            if written.status.is_some() && written.key.as_ref() == Some(&key) {
+                // Nothing the status shows has changed: no render, no write.
+                return Ok(());
+            }
+            (key, state.ledger.to_status(workspaces, written.status.as_ref(), Timestamp::now()))
+        };
         self.metrics.pending_errors.set(status.pending_error_count as i64);
-        if written.as_ref() == Some(&status) {
-            return Ok(());
+        if written.status.as_ref() != Some(&status) {
+            self.cluster.write_status(&status).await?;
+            written.status = Some(status);
         }
-        self.cluster.write_status(&status).await?;
-        *written = Some(status);
+        written.key = Some(key);
         Ok(())
     }
 
     /// Forget what was written, so that the next persist writes the whole status again.
     pub async fn forget_written(&self) {
-        *self.written.lock().await = None;
+        *self.written.lock().await = Written { status: None, key: None };
     }
 
     /// Enforce the leading-edge gap between cycle starts.
@@ -279,7 +293,7 @@ async fn run_cycle(
 
 /// Tracked terminations whose namespace is gone: they report `Terminated`.
 async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
-    let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations.keys().cloned().collect();
+    let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
         if !ctx.cluster.namespace_exists(&key.namespace).await? {
@@ -309,7 +323,7 @@ fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
                     applier::terminate_workspace(&ctx2.cluster, &ctx2.config.policy, &key).await
                 {
                     tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
-                    ctx2.state().ledger.errors.fail_now(&key, error_type, &message, Timestamp::now());
+                    ctx2.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
                     persist_logged(&ctx2).await;
                     emit_failure_event(&ctx2, &key, "TerminationFailed", "Terminate", &message).await;
                 }
@@ -345,7 +359,7 @@ async fn refresh_pull_secret_copies(ctx: &Arc<Context>) {
                 }
                 Err((error_type, message)) => {
                     tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "image pull secret copy failed");
-                    ctx.state().ledger.errors.fail_now(&key, error_type, &message, Timestamp::now());
+                    ctx.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
                     emit_failure_event(ctx, &key, "ApplyFailed", "CopyPullSecret", &message).await;
                 }
             }
@@ -373,7 +387,7 @@ async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVer
     if let Some(message) = &failure {
         tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
     }
-    let recorded = ctx.state().ledger.errors.record(key, version, result, Timestamp::now());
+    let recorded = ctx.state().ledger.errors_mut().record(key, version, result, Timestamp::now());
     let outcome = match recorded {
         Recorded::Failed => "failure",
         Recorded::Stale => "stale",

@@ -41,11 +41,11 @@ pub fn plan(
         })
     }
     for (key, deployment) in dirty {
-        if ledger.acknowledged.get(key).map(String::as_str) != Some(deployment.resource_version()) {
+        if ledger.acknowledged().get(key).map(String::as_str) != Some(deployment.resource_version()) {
             entry(&mut infos, key).latest_k8s_deployment_info = Some(serde_json::to_value(deployment.as_ref())?);
         }
     }
-    for key in ledger.terminations.keys() {
+    for key in ledger.terminations().keys() {
         let progress = if namespace_gone.contains(key) {
             TerminationProgress::Terminated
         } else {
@@ -54,7 +54,7 @@ pub fn plan(
         entry(&mut infos, key).termination_progress = Some(progress);
     }
     let mut sent_errors = Vec::new();
-    for (key, version, failure) in ledger.errors.pending() {
+    for (key, version, failure) in ledger.errors().pending() {
         entry(&mut infos, key).error_details =
             Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
         sent_errors.push((key.clone(), version));
@@ -95,24 +95,24 @@ pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &ReconcileRespons
     for info in &response.workspace_rails_infos {
         let key = WorkspaceKey::new(&info.namespace, &info.name);
         if let Some(rv) = &info.deployment_resource_version {
-            ledger.acknowledged.insert(key.clone(), rv.clone());
+            ledger.acknowledged_mut().insert(key.clone(), rv.clone());
             settled.acknowledged.push((key.clone(), rv.clone()));
         }
         if let Some((_, version)) = plan.sent_errors.iter().find(|(k, _)| *k == key) {
-            ledger.errors.acknowledge(&key, *version);
+            ledger.errors_mut().acknowledge(&key, *version);
         }
         if info.desired_state == DesiredState::Terminated {
             if info.actual_state == ActualState::Terminated {
                 ledger.forget(&key);
                 settled.forgotten.push(key);
             } else {
-                ledger.terminations.entry(key.clone()).or_insert(TerminationProgress::Terminating);
+                ledger.terminations_mut().entry(key.clone()).or_insert(TerminationProgress::Terminating);
                 if !paused {
                     settled.actions.push(WorkspaceAction::Terminate { key });
                 }
             }
         } else if !info.config_to_apply.is_empty() && !paused {
-            let version = ledger.errors.begin(&key);
+            let version = ledger.errors_mut().begin(&key);
             settled.actions.push(WorkspaceAction::Apply {
                 key,
                 config: info.config_to_apply.clone(),
@@ -130,9 +130,9 @@ pub fn prune_unknown(ledger: &mut Ledger, in_cluster: impl Fn(&WorkspaceKey) -> 
     let returned: HashSet<WorkspaceKey> =
         response.workspace_rails_infos.iter().map(|i| WorkspaceKey::new(&i.namespace, &i.name)).collect();
     let known = |key: &WorkspaceKey| in_cluster(key) || returned.contains(key);
-    ledger.errors.retain(known);
-    ledger.acknowledged.retain(|key, _| known(key));
-    ledger.terminations.retain(|key, _| known(key));
+    ledger.errors_mut().retain(known);
+    ledger.acknowledged_mut().retain(|key, _| known(key));
+    ledger.terminations_mut().retain(|key, _| known(key));
 }
 
 #[cfg(test)]

@@ -36,11 +36,25 @@ impl SyncOutcome {
     }
 }
 
+/// See `Ledger::render_key`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderKey {
+    revision: u64,
+    workspaces: usize,
+    settings: Settings,
+    last_handled_resync: Option<String>,
+    times: [Option<Timestamp>; 3],
+    outcome: SyncOutcome,
+}
+
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    pub acknowledged: HashMap<WorkspaceKey, String>,
-    pub terminations: HashMap<WorkspaceKey, TerminationProgress>,
-    pub errors: ErrorTracker,
+    acknowledged: HashMap<WorkspaceKey, String>,
+    terminations: HashMap<WorkspaceKey, TerminationProgress>,
+    errors: ErrorTracker,
+    /// Bumped on every mutable access to the per-workspace maps, so that an idle cycle can
+    /// tell the status is unchanged without rendering 10,000 entries.
+    revision: u64,
     pub settings: Settings,
     pub last_handled_resync: Option<String>,
     pub last_full_sync: Option<Timestamp>,
@@ -89,16 +103,58 @@ impl Ledger {
             next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),
             last_partial_sync: status.last_partial_sync_time.as_ref().map(|t| t.0),
             outcome: SyncOutcome::starting(),
+            revision: 0,
+        }
+    }
+
+    pub fn acknowledged(&self) -> &HashMap<WorkspaceKey, String> {
+        &self.acknowledged
+    }
+
+    pub fn acknowledged_mut(&mut self) -> &mut HashMap<WorkspaceKey, String> {
+        self.revision += 1;
+        &mut self.acknowledged
+    }
+
+    pub fn terminations(&self) -> &HashMap<WorkspaceKey, TerminationProgress> {
+        &self.terminations
+    }
+
+    pub fn terminations_mut(&mut self) -> &mut HashMap<WorkspaceKey, TerminationProgress> {
+        self.revision += 1;
+        &mut self.terminations
+    }
+
+    pub fn errors(&self) -> &ErrorTracker {
+        &self.errors
+    }
+
+    pub fn errors_mut(&mut self) -> &mut ErrorTracker {
+        self.revision += 1;
+        &mut self.errors
+    }
+
+    /// Everything `to_status` renders, cheaply comparable: equal keys render equal statuses.
+    pub fn render_key(&self, workspaces: usize) -> RenderKey {
+        RenderKey {
+            revision: self.revision,
+            workspaces,
+            settings: self.settings,
+            last_handled_resync: self.last_handled_resync.clone(),
+            times: [self.last_full_sync, self.next_full_sync, self.last_partial_sync],
+            outcome: self.outcome.clone(),
         }
     }
 
     /// A full cycle starts from scratch, as a fresh start would, except for unacknowledged errors.
     pub fn reset_for_full(&mut self) {
+        self.revision += 1;
         self.acknowledged.clear();
         self.terminations.clear();
     }
 
     pub fn forget(&mut self, key: &WorkspaceKey) {
+        self.revision += 1;
         self.acknowledged.remove(key);
         self.terminations.remove(key);
         self.errors.forget(key);
@@ -273,8 +329,8 @@ mod tests {
         let mut ledger = Ledger::restore(None);
         for name in ["a", "b", "c"] {
             let key = WorkspaceKey::new("ns", name);
-            let v = ledger.errors.begin(&key);
-            ledger.errors.record(&key, v, Err((ErrorType::Applier, "same template error".into())), at(0));
+            let v = ledger.errors_mut().begin(&key);
+            ledger.errors_mut().record(&key, v, Err((ErrorType::Applier, "same template error".into())), at(0));
         }
         let status = ledger.to_status(3, None, at(0));
         assert_eq!(status.error_messages, vec!["same template error".to_string()]);
@@ -291,12 +347,12 @@ mod tests {
     fn full_reset_keeps_errors_and_drops_the_rest() {
         let mut ledger = Ledger::restore(None);
         let key = WorkspaceKey::new("ns", "ws");
-        ledger.acknowledged.insert(key.clone(), "5".into());
-        ledger.terminations.insert(key.clone(), TerminationProgress::Terminating);
-        ledger.errors.fail_now(&key, ErrorType::Kubernetes, "x", at(0));
+        ledger.acknowledged_mut().insert(key.clone(), "5".into());
+        ledger.terminations_mut().insert(key.clone(), TerminationProgress::Terminating);
+        ledger.errors_mut().fail_now(&key, ErrorType::Kubernetes, "x", at(0));
         ledger.reset_for_full();
-        assert!(ledger.acknowledged.is_empty() && ledger.terminations.is_empty());
-        assert_eq!(ledger.errors.pending_count(), 1);
+        assert!(ledger.acknowledged().is_empty() && ledger.terminations().is_empty());
+        assert_eq!(ledger.errors().pending_count(), 1);
     }
 
     #[test]

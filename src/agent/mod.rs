@@ -252,8 +252,8 @@ async fn lead(
     let ledger = Ledger::restore(wss.status.as_ref());
     tracing::info!(
         agent = %args.agent_id,
-        epoch = ledger.errors.epoch(),
-        pending_errors = ledger.errors.pending_count(),
+        epoch = ledger.errors().epoch(),
+        pending_errors = ledger.errors().pending_count(),
         "agent starting"
     );
 

@@ -70,6 +70,11 @@ impl Store {
     ) -> StoreResult<ReconcileResponse> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
+        if self.lock_agent_rows {
+            // Concurrent reconciles of one agent (two replicas overlapping) run one after the
+            // other instead of deadlocking on the workspace rows they both update.
+            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
+        }
         let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name");
         let rows = sqlx::query(&sql).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
@@ -137,11 +142,10 @@ impl Store {
             workspaces[i].responded_to_agent_at = Some(now);
             workspaces[i].force_include_all_resources = false;
         }
-        // In row order (by name): concurrent reconciles of one agent then lock rows in the same
-        // order and wait for each other instead of deadlocking on PostgreSQL.
         let touched: std::collections::BTreeSet<usize> = changed.into_iter().chain(returned).collect();
-        for i in touched {
-            save(&mut tx, &workspaces[i]).await?;
+        let rows: Vec<&Workspace> = touched.into_iter().map(|i| &workspaces[i]).collect();
+        for chunk in rows.chunks(SAVE_CHUNK) {
+            save(&mut tx, chunk).await?;
         }
         tx.commit().await?;
         Ok(ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) })
@@ -162,31 +166,79 @@ fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec 
     }
 }
 
-async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, w: &Workspace) -> StoreResult<()> {
-    let error = w.error.as_ref();
-    sqlx::query(
-        "UPDATE workspaces SET desired_state = $1, actual_state = $2, desired_state_updated_at = $3, \
-         actual_state_updated_at = $4, deployment_resource_version = $5, responded_to_agent_at = $6, \
-         force_include_all_resources = $7, last_reported_at = $8, error_type = $9, error_message = $10, \
-         error_first_seen = $11, error_last_seen = $12, error_desired_state = $13 \
-         WHERE agent_id = $14 AND name = $15",
+/// Rows per UPDATE: 15 parameters each stays far below SQLite's and PostgreSQL's limits.
+const SAVE_CHUNK: usize = 200;
+
+/// The columns a reconcile writes, with the SQL type of each parameter. The rows are matched
+/// on (agent_id, name), the last two.
+const SAVED_COLUMNS: [(&str, &str); 15] = [
+    ("desired_state", "TEXT"),
+    ("actual_state", "TEXT"),
+    ("desired_state_updated_at", "BIGINT"),
+    ("actual_state_updated_at", "BIGINT"),
+    ("deployment_resource_version", "TEXT"),
+    ("responded_to_agent_at", "BIGINT"),
+    ("force_include_all_resources", "BIGINT"),
+    ("last_reported_at", "BIGINT"),
+    ("error_type", "TEXT"),
+    ("error_message", "TEXT"),
+    ("error_first_seen", "BIGINT"),
+    ("error_last_seen", "BIGINT"),
+    ("error_desired_state", "TEXT"),
+    ("agent_id", "TEXT"),
+    ("name", "TEXT"),
+];
+
+/// `UPDATE … FROM (VALUES …)` for `rows` rows: one statement instead of one per workspace,
+/// portable between SQLite (≥ 3.33) and PostgreSQL, which both name VALUES columns `columnN`.
+fn save_statement(rows: usize) -> String {
+    let assignments: Vec<String> = SAVED_COLUMNS[..13]
+        .iter()
+        .enumerate()
+        .map(|(i, (column, _))| format!("{column} = v.column{}", i + 1))
+        .collect();
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let casts: Vec<String> = SAVED_COLUMNS
+                .iter()
+                .enumerate()
+                .map(|(i, (_, sql_type))| format!("CAST(${} AS {sql_type})", row * SAVED_COLUMNS.len() + i + 1))
+                .collect();
+            format!("({})", casts.join(", "))
+        })
+        .collect();
+    format!(
+        "UPDATE workspaces SET {} FROM (VALUES {}) AS v WHERE workspaces.agent_id = v.column14 AND workspaces.name = v.column15",
+        assignments.join(", "),
+        values.join(", ")
     )
-    .bind(state_text(&w.desired_state))
-    .bind(state_text(&w.actual_state))
-    .bind(w.desired_state_updated_at)
-    .bind(w.actual_state_updated_at)
-    .bind(w.deployment_resource_version.clone())
-    .bind(w.responded_to_agent_at)
-    .bind(i64::from(w.force_include_all_resources))
-    .bind(w.last_reported_at)
-    .bind(error.map(|e| e.error_type.clone()))
-    .bind(error.map(|e| e.message.clone()))
-    .bind(error.map(|e| e.first_seen))
-    .bind(error.map(|e| e.last_seen))
-    .bind(error.map(|e| state_text(&e.desired_state)))
-    .bind(&w.agent_id)
-    .bind(&w.name)
-    .execute(&mut **tx)
-    .await?;
+}
+
+async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, rows: &[&Workspace]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let statement = save_statement(rows.len());
+    let mut query = sqlx::query(&statement);
+    for w in rows {
+        let error = w.error.as_ref();
+        query = query
+            .bind(state_text(&w.desired_state))
+            .bind(state_text(&w.actual_state))
+            .bind(w.desired_state_updated_at)
+            .bind(w.actual_state_updated_at)
+            .bind(w.deployment_resource_version.clone())
+            .bind(w.responded_to_agent_at)
+            .bind(i64::from(w.force_include_all_resources))
+            .bind(w.last_reported_at)
+            .bind(error.map(|e| e.error_type.clone()))
+            .bind(error.map(|e| e.message.clone()))
+            .bind(error.map(|e| e.first_seen))
+            .bind(error.map(|e| e.last_seen))
+            .bind(error.map(|e| state_text(&e.desired_state)))
+            .bind(w.agent_id.clone())
+            .bind(w.name.clone());
+    }
+    query.execute(&mut **tx).await?;
     Ok(())
 }

@@ -70,8 +70,17 @@ pub struct NewWorkspace {
     pub env: BTreeMap<String, String>,
 }
 
+/// Milliseconds since the epoch, strictly increasing within this process: "changed since the
+/// agent last heard" compares these, and two writes in one millisecond must still be ordered.
 pub fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let wall = jiff::Timestamp::now().as_millisecond();
+    let previous = LAST
+        .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |last| {
+            Some(wall.max(last + 1))
+        })
+        .unwrap_or(wall);
+    wall.max(previous + 1)
 }
 
 /// Tokens are stored as their SHA-256: a leaked database leaks no agent's credentials.
@@ -137,6 +146,8 @@ pub(crate) fn workspace_from_row(row: &AnyRow) -> StoreResult<Workspace> {
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: AnyPool,
+    /// PostgreSQL: reconciles of one agent take its row lock first. SQLite has one writer.
+    pub(crate) lock_agent_rows: bool,
 }
 
 impl Store {
@@ -171,7 +182,7 @@ impl Store {
             .connect(&url)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, lock_agent_rows: !sqlite })
     }
 
     /// Register an agent; returns its token, which is shown once and stored hashed.

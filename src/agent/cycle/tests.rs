@@ -40,8 +40,8 @@ fn rails(
 }
 
 fn fail(ledger: &mut Ledger, key: &WorkspaceKey, message: &str) -> ApplyVersion {
-    let v = ledger.errors.begin(key);
-    ledger.errors.record(key, v, Err((ErrorType::Applier, message.into())), Timestamp::UNIX_EPOCH);
+    let v = ledger.errors_mut().begin(key);
+    ledger.errors_mut().record(key, v, Err((ErrorType::Applier, message.into())), Timestamp::UNIX_EPOCH);
     v
 }
 
@@ -49,8 +49,8 @@ fn fail(ledger: &mut Ledger, key: &WorkspaceKey, message: &str) -> ApplyVersion 
 fn sends_only_deployments_whose_version_is_not_acknowledged() {
     let mut ledger = Ledger::restore(None);
     let dirty = vec![deployment("a", "acked", "5"), deployment("b", "changed", "7")];
-    ledger.acknowledged.insert(WorkspaceKey::new("a", "acked"), "5".into());
-    ledger.acknowledged.insert(WorkspaceKey::new("b", "changed"), "6".into());
+    ledger.acknowledged_mut().insert(WorkspaceKey::new("a", "acked"), "5".into());
+    ledger.acknowledged_mut().insert(WorkspaceKey::new("b", "changed"), "6".into());
     let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new()).unwrap();
     let names: Vec<_> = plan.request.workspace_agent_infos.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["changed"]);
@@ -74,8 +74,8 @@ fn terminations_and_errors_merge_into_one_info_per_workspace() {
     let mut ledger = Ledger::restore(None);
     let ws = WorkspaceKey::new("ns", "ws");
     let gone = WorkspaceKey::new("ns2", "gone");
-    ledger.terminations.insert(ws.clone(), TerminationProgress::Terminating);
-    ledger.terminations.insert(gone.clone(), TerminationProgress::Terminating);
+    ledger.terminations_mut().insert(ws.clone(), TerminationProgress::Terminating);
+    ledger.terminations_mut().insert(gone.clone(), TerminationProgress::Terminating);
     let version = fail(&mut ledger, &ws, "boom");
     let plan = plan(UpdateType::Partial, &[deployment("ns", "ws", "3")], &ledger, &HashSet::from([gone])).unwrap();
     let infos = &plan.request.workspace_agent_infos;
@@ -92,7 +92,7 @@ fn terminations_and_errors_merge_into_one_info_per_workspace() {
 #[test]
 fn in_flight_applies_are_not_sent() {
     let mut ledger = Ledger::restore(None);
-    ledger.errors.begin(&WorkspaceKey::new("ns", "ws"));
+    ledger.errors_mut().begin(&WorkspaceKey::new("ns", "ws"));
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
     assert!(plan.request.workspace_agent_infos.is_empty());
 }
@@ -112,12 +112,12 @@ fn settle_acknowledges_and_schedules_applies() {
         }),
     };
     let settled = settle(&mut ledger, &plan, &response, false);
-    assert_eq!(ledger.acknowledged.get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
+    assert_eq!(ledger.acknowledged().get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
     assert!(matches!(&settled.actions[0], WorkspaceAction::Apply { config, .. } if config == "kind: ConfigMap"));
     assert_eq!(ledger.settings.partial_reconciliation_interval_seconds, 2);
-    assert!(ledger.errors.in_flight(&WorkspaceKey::new("ns", "ws")));
+    assert!(ledger.errors().in_flight(&WorkspaceKey::new("ns", "ws")));
 }
 
 #[test]
@@ -149,13 +149,13 @@ fn errors_clear_only_under_the_sent_version() {
         settings: None,
     };
     settle(&mut ledger, &plan, &response, false);
-    let pending = ledger.errors.pending();
+    let pending = ledger.errors().pending();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].2.message, "second");
 
     let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
     settle(&mut ledger, &plan, &response, false);
-    assert_eq!(ledger.errors.pending_count(), 0);
+    assert_eq!(ledger.errors().pending_count(), 0);
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn an_error_the_control_plane_does_not_return_stays_pending() {
     fail(&mut ledger, &key, "boom");
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
     settle(&mut ledger, &plan, &ReconcileResponse::default(), false);
-    assert_eq!(ledger.errors.pending_count(), 1);
+    assert_eq!(ledger.errors().pending_count(), 1);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn termination_is_tracked_then_forgotten() {
     };
     let settled = settle(&mut ledger, &plan, &terminating, false);
     assert_eq!(settled.actions, vec![WorkspaceAction::Terminate { key: key.clone() }]);
-    assert_eq!(ledger.terminations.get(&key), Some(&TerminationProgress::Terminating));
+    assert_eq!(ledger.terminations().get(&key), Some(&TerminationProgress::Terminating));
 
     let terminated = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Terminated, None, "")],
@@ -187,7 +187,7 @@ fn termination_is_tracked_then_forgotten() {
     };
     let settled = settle(&mut ledger, &plan, &terminated, false);
     assert_eq!(settled.forgotten, vec![key.clone()]);
-    assert!(ledger.terminations.is_empty());
+    assert!(ledger.terminations().is_empty());
 }
 
 #[test]
@@ -220,6 +220,6 @@ fn full_cycle_prunes_what_nobody_knows() {
         settings: None,
     };
     prune_unknown(&mut ledger, |k| *k == in_cluster, &response);
-    let left: Vec<_> = ledger.errors.pending().into_iter().map(|(k, _, _)| k.name.clone()).collect();
+    let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _, _)| k.name.clone()).collect();
     assert_eq!(left, ["in-cluster", "returned"]);
 }
