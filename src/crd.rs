@@ -17,6 +17,7 @@ pub const RESYNC_REQUESTED_ANNOTATION: &str = "wsync.dev/resync-requested";
 
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_SYNCED: &str = "Synced";
+/// Present (True) only while pending errors beyond the status's size budget were left out.
 pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
 
 // Each printcolumn repeats `type_`, which clippy mistakes for a duplicated attribute.

@@ -97,6 +97,11 @@ pub struct WorkspaceRailsInfo {
     pub image_pull_secrets: Vec<ImagePullSecret>,
 }
 
+/// The largest reconcile request a control plane accepts. A full sync of 10,000 workspaces
+/// sends about 10 MB of Deployment projections; web frameworks' defaults (axum: 2 MB) would
+/// refuse every full sync above about 2,000 workspaces.
+pub const MAX_RECONCILE_BODY_BYTES: usize = 64 * 1024 * 1024;
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ImagePullSecret {
     pub name: String,

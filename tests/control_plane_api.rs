@@ -209,3 +209,22 @@ async fn image_pull_secrets_are_validated_and_come_back_in_every_returned_info()
     let config = info["config_to_apply"].as_str().unwrap_or_default();
     assert!(config.contains("imagePullSecrets"), "the changed agent config goes out with the config: {config}");
 }
+
+#[tokio::test]
+async fn a_full_sync_of_thousands_of_workspaces_is_not_refused_for_its_size() {
+    let server = serve(None).await;
+    let token = server.register("agent-big").await;
+    // About 6 MB: what a full sync of 5,000 workspaces' Deployment projections weighs.
+    let padding = "x".repeat(1000);
+    let infos: Vec<Value> = (0..5000)
+        .map(|i| {
+            json!({"name": format!("ws-{i}"), "namespace": format!("ns-{i}"),
+                   "latest_k8s_deployment_info": {"metadata": {"name": format!("ws-{i}"), "resourceVersion": "1",
+                                                                "annotations": {"padding": padding}}}})
+        })
+        .collect();
+    let body = json!({"update_type": "full", "workspace_agent_infos": infos}).to_string();
+    assert!(body.len() > 5_000_000);
+    let (status, answer) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(&body)).await;
+    assert_eq!(status, 201, "{answer}");
+}

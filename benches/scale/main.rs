@@ -102,7 +102,8 @@ async fn main() {
     println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline_rss as f64 / 1048576.0);
     for &n in &options.sizes {
         rows.push(agent_figures::measure(n, &options, baseline_rss).await);
+        // The table so far, so that a long run's early sizes are never lost.
+        agent_figures::print_table(&rows);
     }
-    agent_figures::print_table(&rows);
     control_plane::print_throughput(&options).await;
 }

@@ -15,7 +15,7 @@ use super::ledger::{Ledger, SyncOutcome};
 use super::metrics::{CycleLabels, Metrics, ResultLabel, StatusLabel, UpdateTypeLabel};
 use super::pull_secrets::CopyTracker;
 use super::workspace::WorkspaceKey;
-use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
+use crate::crd::{CONDITION_LEDGER_TRUNCATED, WorkspaceSyncStatus, WorkspaceSyncStatusStatus};
 use crate::protocol::{ErrorType, UpdateType};
 use crate::{Error, Result};
 use futures::StreamExt;
@@ -131,6 +131,15 @@ impl Context {
             (key, state.ledger.to_status(workspaces, written.status.as_ref(), Timestamp::now()))
         };
         self.metrics.pending_errors.set(status.pending_error_count as i64);
+        let truncated =
+            |s: &WorkspaceSyncStatusStatus| s.conditions.iter().any(|c| c.type_ == CONDITION_LEDGER_TRUNCATED);
+        if truncated(&status) && !written.status.as_ref().is_some_and(truncated) {
+            tracing::warn!(
+                kept = status.pending_errors.len(),
+                pending = status.pending_error_count,
+                "too many pending errors for the WorkspaceSyncStatus: it keeps the newest; all are still reported"
+            );
+        }
         if written.status.as_ref() != Some(&status) {
             self.cluster.write_status(&status).await?;
             written.status = Some(status);

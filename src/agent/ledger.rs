@@ -2,18 +2,26 @@
 //!
 //! Pure data: loading from and rendering to the CRD status, with no I/O.
 
-use super::errors::{ErrorTracker, Failure};
+use super::errors::{ApplyVersion, ErrorTracker, Failure};
 use super::workspace::WorkspaceKey;
-use crate::crd::{CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus};
+use crate::crd::{
+    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus,
+};
 use crate::protocol::{Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// `lastPartialSyncTime` is a heartbeat: refreshed at most this often, so an idle agent
 /// does not write its status every cycle.
 pub const HEARTBEAT: SignedDuration = SignedDuration::from_secs(60);
+
+/// What the status may take (DESIGN: < 1 MiB at 10,000 workspaces; the apiserver refuses
+/// requests over 1.5 MiB). A pathological error set beyond it keeps only the newest errors.
+pub const STATUS_BUDGET_BYTES: usize = 900 * 1024;
+/// A pending error record without its workspace name and message, serialized.
+const PENDING_ERROR_RECORD_BYTES: usize = 120;
 
 /// Why the last cycle failed, or that it succeeded. Reasons are CamelCase, as Kubernetes
 /// conditions expect; the message is stable for a repeated failure, so it is not rewritten.
@@ -219,7 +227,11 @@ impl Ledger {
         let mut messages: Vec<String> = Vec::new();
         let mut message_index: HashMap<&str, u32> = HashMap::new();
         let mut pending_errors = Vec::new();
-        for (key, version, failure) in self.errors.pending() {
+        let pending = self.errors.pending();
+        let total_pending = pending.len();
+        let kept = self.newest_within_budget(pending);
+        let truncated = kept.len() < total_pending;
+        for (key, version, failure) in kept {
             let index = *message_index.entry(failure.message.as_str()).or_insert_with(|| {
                 messages.push(failure.message.clone());
                 (messages.len() - 1) as u32
@@ -238,11 +250,21 @@ impl Ledger {
             self.outcome.clone()
         };
         let previous_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or_default();
+        let mut conditions = vec![
+            condition(CONDITION_READY, &ready, previous_conditions, now),
+            condition(CONDITION_SYNCED, &self.outcome, previous_conditions, now),
+        ];
+        if truncated {
+            let message = format!(
+                "the status holds the newest {} of {total_pending} pending errors; the others are still sent to \
+                 the control plane, but would not survive a restart",
+                pending_errors.len()
+            );
+            let outcome = SyncOutcome { ok: true, reason: "ErrorBudgetExceeded".into(), message };
+            conditions.push(condition(CONDITION_LEDGER_TRUNCATED, &outcome, previous_conditions, now));
+        }
         WorkspaceSyncStatusStatus {
-            conditions: vec![
-                condition(CONDITION_READY, &ready, previous_conditions, now),
-                condition(CONDITION_SYNCED, &self.outcome, previous_conditions, now),
-            ],
+            conditions,
             last_full_sync_time: self.last_full_sync.map(Time),
             next_full_sync_time: self.next_full_sync.map(Time),
             last_partial_sync_time: self.last_partial_sync.map(Time),
@@ -252,11 +274,43 @@ impl Ledger {
             epoch: self.errors.epoch(),
             acknowledged: self.acknowledged.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             terminations: self.terminations.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            pending_error_count: pending_errors.len() as u64,
+            pending_error_count: total_pending as u64,
             pending_errors,
             error_messages: messages,
             workspaces: workspaces as u64,
         }
+    }
+}
+
+impl Ledger {
+    /// The pending errors the status can hold within its size budget, newest first kept, in
+    /// the tracker's stable order. Sizes are estimated from the serialized form.
+    fn newest_within_budget<'a>(
+        &self,
+        mut pending: Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)>,
+    ) -> Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)> {
+        let key_bytes = |key: &WorkspaceKey| key.namespace.len() + key.name.len() + 8;
+        let fixed = 4096
+            + self.acknowledged.iter().map(|(key, rv)| key_bytes(key) + rv.len() + 4).sum::<usize>()
+            + self.terminations.keys().map(|key| key_bytes(key) + 16).sum::<usize>();
+        let mut left = STATUS_BUDGET_BYTES.saturating_sub(fixed);
+        pending.sort_by(|a, b| b.2.first_seen.cmp(&a.2.first_seen).then_with(|| a.0.cmp(b.0)));
+        let mut messages: HashSet<&str> = HashSet::new();
+        let mut kept = Vec::new();
+        for entry in pending {
+            let message = entry.2.message.as_str();
+            let cost = PENDING_ERROR_RECORD_BYTES
+                + key_bytes(entry.0)
+                + if messages.contains(message) { 0 } else { message.len() + 4 };
+            if cost > left {
+                break;
+            }
+            left -= cost;
+            messages.insert(message);
+            kept.push(entry);
+        }
+        kept.sort_by(|a, b| a.0.cmp(b.0));
+        kept
     }
 }
 
@@ -280,6 +334,36 @@ fn condition(type_: &str, outcome: &SyncOutcome, previous: &[Condition], now: Ti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pathological_error_set_keeps_the_newest_errors_within_the_budget() {
+        let mut ledger = Ledger::restore(None);
+        for i in 0..1500 {
+            let key = WorkspaceKey::new(format!("ns-{i}"), "ws");
+            ledger.acknowledged_mut().insert(key.clone(), format!("{}", 100_000 + i));
+            let version = ledger.errors_mut().begin(&key);
+            let message = format!("{i:04} {}", "x".repeat(1000));
+            ledger.errors_mut().record(&key, version, Err((ErrorType::Applier, message)), at(i));
+        }
+        let status = ledger.to_status(1500, None, at(2000));
+        let bytes = serde_json::to_vec(&status).expect("json").len();
+        assert!(bytes < 1024 * 1024, "{bytes} bytes");
+        assert_eq!(status.pending_error_count, 1500, "the count still says how many are pending");
+        let kept = status.pending_errors.len();
+        assert!(kept > 500 && kept < 1500, "{kept} kept");
+        let truncated = status.conditions.iter().find(|c| c.type_ == CONDITION_LEDGER_TRUNCATED).expect("condition");
+        assert_eq!(truncated.status, "True");
+        assert!(truncated.message.contains(&format!("newest {kept} of 1500")), "{}", truncated.message);
+        let oldest_kept = status.pending_errors.iter().map(|r| r.first_seen.0).min().expect("some");
+        assert_eq!(oldest_kept, at(1500 - kept as i64), "the newest are the ones kept");
+
+        let mut calm = Ledger::restore(None);
+        let key = WorkspaceKey::new("ns", "ws");
+        let version = calm.errors_mut().begin(&key);
+        calm.errors_mut().record(&key, version, Err((ErrorType::Applier, "bad".into())), at(0));
+        let status = calm.to_status(1, None, at(1));
+        assert!(status.conditions.iter().all(|c| c.type_ != CONDITION_LEDGER_TRUNCATED));
+    }
     use crate::protocol::ErrorType;
 
     fn at(secs: i64) -> Timestamp {

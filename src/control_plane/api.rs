@@ -4,8 +4,11 @@
 use super::pipeline::{self, PipelineConfig};
 use super::store::{NewWorkspace, Store, StoreError};
 use super::ui;
-use crate::protocol::{DesiredState, ErrorBody, ImagePullSecret, Prerequisites, ReconcileRequest};
+use crate::protocol::{
+    DesiredState, ErrorBody, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest,
+};
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -24,7 +27,7 @@ pub struct AppState {
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(&state.reconcile_path, post(reconcile))
+        .route(&state.reconcile_path, post(reconcile).layer(DefaultBodyLimit::max(MAX_RECONCILE_BODY_BYTES)))
         .route(&state.prerequisites_path, get(prerequisites))
         .route("/api/v1/agents", post(register_agent))
         .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))

@@ -2,6 +2,7 @@
 //! whatever the test says. The real control plane is `wsync control-plane`.
 
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wsync::protocol::{
-    ActualState, DesiredState, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest, ReconcileResponse, Settings,
-    UpdateType, WorkspaceRailsInfo,
+    ActualState, DesiredState, MAX_RECONCILE_BODY_BYTES, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest,
+    ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
 };
 
 pub const STUB_TOKEN: &str = "stub-agent-token";
@@ -135,7 +136,7 @@ impl StubControlPlane {
             prerequisites_calls: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
-            .route(RECONCILE_PATH, post(reconcile))
+            .route(RECONCILE_PATH, post(reconcile).layer(DefaultBodyLimit::max(MAX_RECONCILE_BODY_BYTES)))
             .route(PREREQUISITES_PATH, get(prerequisites))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind stub");
