@@ -279,9 +279,7 @@ async fn run_cycle(
     }
     let returned = response.workspace_rails_infos.len();
     let actions = settled.actions.len();
-    for action in settled.actions {
-        spawn_action(ctx, action);
-    }
+    spawn_actions(ctx, settled.actions);
     for key in &settled.forgotten {
         ctx.pull_secret_copies().forget(key);
     }
@@ -312,34 +310,45 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
     Ok(gone)
 }
 
-fn spawn_action(ctx: &Arc<Context>, action: WorkspaceAction) {
+/// Run a cycle's actions with bounded concurrency, from one task. Only as many apply futures
+/// exist as run at once: a task per workspace allocated every apply's whole state up front,
+/// tens of KiB each, hundreds of MiB for a 10,000-workspace full sync (BENCHMARKS.md).
+fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>) {
+    if actions.is_empty() {
+        return;
+    }
     let ctx2 = ctx.clone();
+    let limit = ctx.config.apply_concurrency.max(1);
     let task = async move {
-        let Ok(_slot) = ctx2.apply_slots.clone().acquire_owned().await else {
-            return;
-        };
-        match action {
-            WorkspaceAction::Apply { key, config, image_pull_secrets, version } => {
-                let result =
-                    applier::apply_workspace(&ctx2.cluster, &ctx2.config.policy, &key, &config, &image_pull_secrets)
-                        .await;
-                let result = result.map(|applied| ctx2.pull_secret_copies().copied(&key, &applied.pull_secrets));
-                record_result(&ctx2, &key, version, result).await;
-            }
-            WorkspaceAction::Terminate { key } => {
-                ctx2.pull_secret_copies().forget(&key);
-                if let Err((error_type, message)) =
-                    applier::terminate_workspace(&ctx2.cluster, &ctx2.config.policy, &key).await
-                {
-                    tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
-                    ctx2.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
-                    persist_logged(&ctx2).await;
-                    emit_failure_event(&ctx2, &key, "TerminationFailed", "Terminate", &message).await;
-                }
-            }
-        }
+        futures::stream::iter(actions).for_each_concurrent(limit, |action| run_action(ctx2.clone(), action)).await;
     };
     ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
+}
+
+/// One workspace's apply or termination. The shared slots cap applies across cycles.
+async fn run_action(ctx: Arc<Context>, action: WorkspaceAction) {
+    let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else {
+        return;
+    };
+    match action {
+        WorkspaceAction::Apply { key, config, image_pull_secrets, version } => {
+            let result =
+                applier::apply_workspace(&ctx.cluster, &ctx.config.policy, &key, &config, &image_pull_secrets).await;
+            let result = result.map(|applied| ctx.pull_secret_copies().copied(&key, &applied.pull_secrets));
+            record_result(&ctx, &key, version, result).await;
+        }
+        WorkspaceAction::Terminate { key } => {
+            ctx.pull_secret_copies().forget(&key);
+            if let Err((error_type, message)) =
+                applier::terminate_workspace(&ctx.cluster, &ctx.config.policy, &key).await
+            {
+                tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
+                ctx.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
+                persist_logged(&ctx).await;
+                emit_failure_event(&ctx, &key, "TerminationFailed", "Terminate", &message).await;
+            }
+        }
+    }
 }
 
 /// Copy every tracked pull secret whose source changed since its last copy. A source that is
