@@ -3,8 +3,8 @@ use std::process::ExitCode;
 use wsync::agent::AgentArgs;
 use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
 
-/// mimalloc hands freed memory back to the OS; with glibc's per-thread arenas, the peak of a
-/// full resync (every workspace's config at once) stayed resident for good (BENCHMARKS.md).
+/// Opt-in (`--features mimalloc`), for control-plane deployments; see Cargo.toml.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

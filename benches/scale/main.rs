@@ -15,6 +15,12 @@ mod workload;
 
 use std::time::Duration;
 
+/// The control-plane figures run the router in this process, so they follow the allocator the
+/// `wsync` binary is built with (`--features mimalloc`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub struct Options {
     pub sizes: Vec<usize>,
     /// Latency samples per figure and size.
@@ -84,7 +90,15 @@ fn machine() -> Vec<(String, String)> {
         ("kernel".into(), command_line("uname", &["-sr"])),
         ("rustc".into(), command_line("rustc", &["--version"])),
         ("kube-apiserver".into(), server["serverVersion"]["gitVersion"].as_str().unwrap_or("?").to_string()),
-        ("wsync".into(), format!("{} (debug assertions: {})", env!("CARGO_PKG_VERSION"), cfg!(debug_assertions))),
+        (
+            "wsync".into(),
+            format!(
+                "{} (debug assertions: {}, allocator: {})",
+                env!("CARGO_PKG_VERSION"),
+                cfg!(debug_assertions),
+                if cfg!(feature = "mimalloc") { "mimalloc" } else { "glibc malloc + malloc_trim" }
+            ),
+        ),
     ]
 }
 

@@ -5,13 +5,14 @@ use super::apply_cache::ApplyCache;
 use super::apply_plan::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use super::index::SharedIndex;
 use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
+use super::slim::{InventoryConfigMap, WorkspaceDeployment, WorkspaceNamespace};
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
 use crate::protocol::ImagePullSecret;
 use crate::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -128,7 +129,7 @@ impl Cluster {
 
     /// One paged LIST of this agent's Deployments, projected.
     pub async fn list_workspaces(&self) -> Result<Vec<DeploymentProjection>> {
-        let api: Api<Deployment> = Api::all(self.client.clone());
+        let api: Api<WorkspaceDeployment> = Api::all(self.client.clone());
         let mut params = ListParams::default().labels(&self.workspace_selector()).limit(LIST_PAGE_SIZE);
         let mut projected = Vec::new();
         loop {
@@ -144,7 +145,7 @@ impl Cluster {
     /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until
     /// dropped; the watcher's own backoff rides out apiserver trouble.
     pub async fn watch_workspaces(&self, index: SharedIndex) {
-        let api: Api<Deployment> = Api::all(self.client.clone());
+        let api: Api<WorkspaceDeployment> = Api::all(self.client.clone());
         let config = watcher::Config::default().labels(&self.workspace_selector());
         let mut relisted: Option<Vec<DeploymentProjection>> = None;
         let mut events = watcher(api, config).default_backoff().boxed();
@@ -299,7 +300,7 @@ impl Cluster {
         {
             return Ok(members);
         }
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
         Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
     }
 
@@ -322,7 +323,7 @@ impl Cluster {
         }
         let own = self.workspace_selector();
         let namespaces = async {
-            let api: Api<Namespace> = Api::all(self.client.clone());
+            let api: Api<WorkspaceNamespace> = Api::all(self.client.clone());
             follow(api, watcher::Config::default().labels(&own), "namespace", |event| match event {
                 Followed::Listed(all) => self
                     .cache
@@ -336,7 +337,7 @@ impl Cluster {
         };
         let inventory_selector = format!("{own},{INVENTORY_ID_LABEL}");
         let inventories = async {
-            let api: Api<ConfigMap> = Api::all(self.client.clone());
+            let api: Api<InventoryConfigMap> = Api::all(self.client.clone());
             let config = watcher::Config::default().labels(&inventory_selector);
             follow(api, config, "inventory", |event| match event {
                 Followed::Listed(all) => self.cache.replace_inventories(all.iter().map(|cm| {
@@ -488,7 +489,7 @@ fn own_namespace_record(meta: &ObjectMeta) -> Option<String> {
     meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned()
 }
 
-fn inventory_projection(cm: &ConfigMap) -> (String, BTreeSet<MemberRef>) {
+fn inventory_projection(cm: &InventoryConfigMap) -> (String, BTreeSet<MemberRef>) {
     let members = cm.data.iter().flat_map(|data| data.keys()).filter_map(|key| MemberRef::parse(key)).collect();
     (cm.resource_version().unwrap_or_default(), members)
 }

@@ -12,6 +12,7 @@ use super::cycle::{self, WorkspaceAction};
 use super::errors::{ApplyVersion, Recorded};
 use super::index::SharedIndex;
 use super::ledger::{Ledger, SyncOutcome};
+use super::memory;
 use super::metrics::{CycleLabels, Metrics, ResultLabel, StatusLabel, UpdateTypeLabel};
 use super::pull_secrets::CopyTracker;
 use super::workspace::WorkspaceKey;
@@ -278,8 +279,13 @@ async fn run_cycle(
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }
     let returned = response.workspace_rails_infos.len();
+    drop(response);
+    drop(plan);
     let actions = settled.actions.len();
-    spawn_actions(ctx, settled.actions);
+    let trim = update_type == UpdateType::Full || actions >= memory::TRIM_AFTER_ACTIONS;
+    if !spawn_actions(ctx, settled.actions, trim) && trim {
+        memory::release_free_memory();
+    }
     for key in &settled.forgotten {
         ctx.pull_secret_copies().forget(key);
     }
@@ -313,16 +319,22 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
 /// Run a cycle's actions with bounded concurrency, from one task. Only as many apply futures
 /// exist as run at once: a task per workspace allocated every apply's whole state up front,
 /// tens of KiB each, hundreds of MiB for a 10,000-workspace full sync (BENCHMARKS.md).
-fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>) {
+/// Run a cycle's applies in one task, `trim` the heap once they are done. Returns false when
+/// there was nothing to run.
+fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) -> bool {
     if actions.is_empty() {
-        return;
+        return false;
     }
     let ctx2 = ctx.clone();
     let limit = ctx.config.apply_concurrency.max(1);
     let task = async move {
         futures::stream::iter(actions).for_each_concurrent(limit, |action| run_action(ctx2.clone(), action)).await;
+        if trim {
+            memory::release_free_memory();
+        }
     };
     ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
+    true
 }
 
 /// One workspace's apply or termination. The shared slots cap applies across cycles.

@@ -10,8 +10,10 @@ pub mod cycle;
 pub mod errors;
 pub mod index;
 pub mod ledger;
+pub mod memory;
 pub mod metrics;
 pub mod pull_secrets;
+pub mod slim;
 pub mod workspace;
 
 use crate::{Error, Result};

@@ -1,7 +1,8 @@
 //! What the agent knows about one workspace's Deployment: a small projection, not the object.
 
+use super::slim::WorkspaceDeployment;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::apps::v1::DeploymentStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -65,7 +66,7 @@ pub struct ProjectedSpec {
 
 impl DeploymentProjection {
     /// None for an object without name, namespace or resourceVersion: nothing a watch returns.
-    pub fn from_deployment(deployment: Deployment) -> Option<Self> {
+    pub fn from_deployment(deployment: WorkspaceDeployment) -> Option<Self> {
         let meta = deployment.metadata;
         Some(Self {
             metadata: ProjectedMeta {
@@ -104,12 +105,12 @@ pub fn is_older(candidate: &str, current: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use crate::agent::slim::ReplicasOnly;
     use kube::api::ObjectMeta;
 
     #[test]
     fn projection_keeps_what_the_control_plane_reads_and_drops_managed_fields() {
-        let deployment = Deployment {
+        let deployment = WorkspaceDeployment {
             metadata: ObjectMeta {
                 name: Some("ws-1".into()),
                 namespace: Some("ns-1".into()),
@@ -118,7 +119,7 @@ mod tests {
                 managed_fields: Some(vec![Default::default()]),
                 ..Default::default()
             },
-            spec: Some(DeploymentSpec { replicas: Some(1), ..Default::default() }),
+            spec: Some(ReplicasOnly { replicas: Some(1) }),
             status: Some(DeploymentStatus { ready_replicas: Some(1), ..Default::default() }),
         };
         let projection = DeploymentProjection::from_deployment(deployment).unwrap();

@@ -190,7 +190,7 @@ impl AgentProcess {
     fn spawn(&mut self) {
         self.starts += 1;
         let log = std::fs::File::create(self.log_path()).expect("agent log");
-        let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
+        let child = agent_command()
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,wsync=debug")
@@ -434,4 +434,19 @@ pub fn apply_failed_events(env: &TestEnv, namespace: &str, involved: &str) -> St
         env,
         &["-n", namespace, "get", "events", "--field-selector", &selector, "-o", "jsonpath={.items[*].message}"],
     )
+}
+
+/// The agent's command line. `WSYNC_AGENT_WRAPPER` (say `heaptrack -o /tmp/agent`) runs it under
+/// a profiler; the pid is then the wrapper's, so RSS figures do not apply.
+fn agent_command() -> Command {
+    let wrapper = std::env::var("WSYNC_AGENT_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(env!("CARGO_BIN_EXE_wsync"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_wsync")),
+    }
 }

@@ -1,0 +1,19 @@
+//! Handing a big cycle's memory back to the OS.
+//!
+//! A full cycle holds every workspace's report, config and apply at once; afterwards the agent
+//! keeps only its index and ledger, a few KiB per workspace. glibc's malloc keeps what was
+//! freed in its arenas, so without a trim the agent's RSS stays at the cycle's peak
+//! (BENCHMARKS.md: heaptrack showed a 4 MB live heap at 1,000 workspaces under a 40 MB RSS).
+//! `malloc_trim` returns every free page of every arena, not only the top of the heap.
+
+/// Cycles that start this many applies, and every full cycle, trim when they finish.
+pub const TRIM_AFTER_ACTIONS: usize = 64;
+
+/// Return the allocator's free pages to the OS. A no-op where malloc is not glibc's.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
