@@ -6,6 +6,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+mod deployment_info;
+pub use deployment_info::{DeploymentFacts, DeploymentInfo};
+
 /// Default path of the reconcile endpoint, below the control-plane URL.
 pub const RECONCILE_PATH: &str = "/api/v4/internal/kubernetes/modules/remote_development/reconcile";
 /// Default path of the prerequisites endpoint, below the control-plane URL.
@@ -44,7 +47,7 @@ pub struct WorkspaceAgentInfo {
     pub namespace: String,
     /// The Deployment as the agent sees it: metadata, spec and status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latest_k8s_deployment_info: Option<serde_json::Value>,
+    pub latest_k8s_deployment_info: Option<DeploymentInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_progress: Option<TerminationProgress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

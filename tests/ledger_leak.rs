@@ -66,14 +66,13 @@ async fn after_a_full_cycle_the_ledger_holds_only_workspaces_someone_knows() {
                 if info.error_details.is_some() || (forgotten.load(Ordering::SeqCst) && key.0 == gone_ns) {
                     continue;
                 }
-                let rv =
-                    info.latest_k8s_deployment_info.as_ref().and_then(|d| d["metadata"]["resourceVersion"].as_str());
+                let rv = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
                 let mut rails = WorkspaceRailsInfo {
                     name: key.1.clone(),
                     namespace: key.0.clone(),
                     desired_state: DesiredState::Running,
                     actual_state: ActualState::Running,
-                    deployment_resource_version: rv.map(str::to_string),
+                    deployment_resource_version: rv,
                     config_to_apply: String::new(),
                     image_pull_secrets: vec![],
                 };

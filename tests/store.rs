@@ -73,7 +73,7 @@ async fn suite(store: Store) {
 
     // A report persists the actual state and acknowledges the resourceVersion.
     let mut running = report(&ns, "ws");
-    running.latest_k8s_deployment_info = Some(running_deployment("ws", "42"));
+    running.latest_k8s_deployment_info = Some(running_deployment("ws", "42").into());
     let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![running]), &pipeline()).await.unwrap();
     let info = &answer.workspace_rails_infos[0];
     assert_eq!(info.actual_state, ActualState::Running);
@@ -92,7 +92,7 @@ async fn suite(store: Store) {
     let error = stored.error.expect("the error is persisted");
     assert_eq!((error.error_type.as_str(), error.message.as_str()), ("applier", "Deployment.apps \"ws\" is invalid"));
     let mut healthy = report(&ns, "ws");
-    healthy.latest_k8s_deployment_info = Some(running_deployment("ws", "43"));
+    healthy.latest_k8s_deployment_info = Some(running_deployment("ws", "43").into());
     store.reconcile(&agent, &request(UpdateType::Partial, vec![healthy]), &pipeline()).await.unwrap();
     assert!(store.workspace("a1", "ws").await.unwrap().unwrap().error.is_none());
 
@@ -138,7 +138,7 @@ async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &w
         let mut infos: Vec<WorkspaceAgentInfo> = names
             .iter()
             .map(|name| WorkspaceAgentInfo {
-                latest_k8s_deployment_info: Some(running_deployment(name, &format!("{}", 100 + round))),
+                latest_k8s_deployment_info: Some(running_deployment(name, &format!("{}", 100 + round)).into()),
                 ..report(&namespace(name), name)
             })
             .collect();

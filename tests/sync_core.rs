@@ -25,7 +25,7 @@ fn sent_rv(r: &Recorded, namespace: &str) -> Option<String> {
         .find(|i| i.namespace == namespace)?
         .latest_k8s_deployment_info
         .as_ref()
-        .map(|d| d["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
+        .map(|d| d.resource_version().unwrap_or_default())
 }
 
 /// Wait until `quiet` consecutive requests (after a full one) carried nothing: the cluster has
@@ -72,7 +72,7 @@ async fn a_first_cycle_is_full_and_carries_only_this_agents_workspaces() {
     assert_eq!(names(&first), [format!("{id}-1/ws"), format!("{id}-2/ws")]);
     assert_eq!(first.authorization.as_deref(), Some("Bearer stub-agent-token"));
     let info = &first.request.workspace_agent_infos[0];
-    let deployment = info.latest_k8s_deployment_info.as_ref().expect("deployment info");
+    let deployment = info.latest_k8s_deployment_info.as_ref().expect("deployment info").to_value();
     assert!(deployment["metadata"].get("managedFields").is_none(), "the projection drops managedFields");
     assert_eq!(deployment["spec"]["replicas"], 1);
 

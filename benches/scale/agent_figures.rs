@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wsync::protocol::{
-    ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType, WorkspaceAgentInfo,
-    WorkspaceRailsInfo,
+    ActualState, DeploymentInfo, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType,
+    WorkspaceAgentInfo, WorkspaceRailsInfo,
 };
 
 const PARTIAL_SECONDS: u64 = 1;
@@ -51,8 +51,8 @@ impl Desired {
             .workspace_agent_infos
             .iter()
             .map(|i| {
-                let rv = i.latest_k8s_deployment_info.as_ref().and_then(|d| d["metadata"]["resourceVersion"].as_str());
-                (i.namespace.clone(), i.name.clone(), rv.map(str::to_string))
+                let rv = i.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
+                (i.namespace.clone(), i.name.clone(), rv)
             })
             .collect();
         for (ns, name) in self.changed.lock().expect("changed").drain() {
@@ -165,7 +165,7 @@ async fn floor(client: &Client, workload: &Workload, url: &str) -> Duration {
             infos.push(WorkspaceAgentInfo {
                 name: d.metadata.name.clone().unwrap_or_default(),
                 namespace: d.metadata.namespace.clone().unwrap_or_default(),
-                latest_k8s_deployment_info: Some(serde_json::to_value(&d).expect("json")),
+                latest_k8s_deployment_info: Some(DeploymentInfo::of(&d).expect("json")),
                 ..Default::default()
             });
         }
@@ -349,7 +349,7 @@ pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
                         && &i.namespace == ns
                         && i.latest_k8s_deployment_info
                             .as_ref()
-                            .is_some_and(|d| version(d["metadata"]["resourceVersion"].as_str()) >= patched)
+                            .is_some_and(|d| version(d.resource_version().as_deref()) >= patched)
                 })
             })
             .await;

@@ -7,8 +7,8 @@ use super::errors::ApplyVersion;
 use super::ledger::Ledger;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
-    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress,
-    UpdateType, WorkspaceAgentInfo,
+    ActualState, DeploymentInfo, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse,
+    TerminationProgress, UpdateType, WorkspaceAgentInfo,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub fn plan(
     }
     for (key, deployment) in dirty {
         if ledger.acknowledged().get(key).map(String::as_str) != Some(deployment.resource_version()) {
-            entry(&mut infos, key).latest_k8s_deployment_info = Some(serde_json::to_value(deployment.as_ref())?);
+            entry(&mut infos, key).latest_k8s_deployment_info = Some(DeploymentInfo::of(deployment.as_ref())?);
         }
     }
     for key in ledger.terminations().keys() {

@@ -5,7 +5,9 @@
 
 use super::config_builder::{self, WorkspaceSpec};
 use super::rules::{self, Lifecycle, Selection};
-use super::store::{Agent, Store, StoreResult, WORKSPACE_COLUMNS, Workspace, now_ms, state_text, workspace_from_row};
+use super::store::{
+    Agent, Dialect, Store, StoreResult, WORKSPACE_COLUMNS, Workspace, now_ms, state_text, workspace_from_row,
+};
 use crate::protocol::{ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo};
 use std::collections::{HashMap, HashSet};
 
@@ -31,13 +33,14 @@ pub fn validate(request: &ReconcileRequest) -> Result<(), String> {
 
 /// What one report changes on a workspace row.
 fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) {
-    let actual = rules::actual_state(info);
+    let deployment = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
+    let actual = rules::reported_state(info, deployment.as_ref());
     if actual != workspace.actual_state {
         workspace.actual_state = actual;
         workspace.actual_state_updated_at = now;
     }
-    if let Some(rv) = info.latest_k8s_deployment_info.as_ref().and_then(|d| d["metadata"]["resourceVersion"].as_str()) {
-        workspace.deployment_resource_version = Some(rv.to_string());
+    if let Some(rv) = deployment.and_then(|d| d.metadata?.resource_version) {
+        workspace.deployment_resource_version = Some(rv);
     }
     workspace.last_reported_at = Some(now);
     match &info.error_details {
@@ -70,7 +73,7 @@ impl Store {
     ) -> StoreResult<ReconcileResponse> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
-        if self.lock_agent_rows {
+        if self.dialect == Dialect::Postgres {
             // Concurrent reconciles of one agent (two replicas overlapping) run one after the
             // other instead of deadlocking on the workspace rows they both update.
             sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
@@ -144,9 +147,7 @@ impl Store {
         }
         let touched: std::collections::BTreeSet<usize> = changed.into_iter().chain(returned).collect();
         let rows: Vec<&Workspace> = touched.into_iter().map(|i| &workspaces[i]).collect();
-        for chunk in rows.chunks(SAVE_CHUNK) {
-            save(&mut tx, chunk).await?;
-        }
+        save(&mut tx, self.dialect, &rows).await?;
         tx.commit().await?;
         Ok(ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) })
     }
@@ -166,11 +167,7 @@ fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec 
     }
 }
 
-/// Rows per UPDATE: 15 parameters each stays far below SQLite's and PostgreSQL's limits.
-const SAVE_CHUNK: usize = 200;
-
-/// The columns a reconcile writes, with the SQL type of each parameter. The rows are matched
-/// on (agent_id, name), the last two.
+/// The columns a reconcile writes, with their SQL types; rows are matched on the last two.
 const SAVED_COLUMNS: [(&str, &str); 15] = [
     ("desired_state", "TEXT"),
     ("actual_state", "TEXT"),
@@ -189,56 +186,157 @@ const SAVED_COLUMNS: [(&str, &str); 15] = [
     ("name", "TEXT"),
 ];
 
-/// `UPDATE … FROM (VALUES …)` for `rows` rows: one statement instead of one per workspace,
-/// portable between SQLite (≥ 3.33) and PostgreSQL, which both name VALUES columns `columnN`.
-fn save_statement(rows: usize) -> String {
+/// One saved row, serialized with exactly the names of [`SAVED_COLUMNS`].
+#[derive(serde::Serialize)]
+struct SavedRow<'a> {
+    desired_state: String,
+    actual_state: String,
+    desired_state_updated_at: i64,
+    actual_state_updated_at: i64,
+    deployment_resource_version: Option<&'a str>,
+    responded_to_agent_at: Option<i64>,
+    force_include_all_resources: i64,
+    last_reported_at: Option<i64>,
+    error_type: Option<&'a str>,
+    error_message: Option<&'a str>,
+    error_first_seen: Option<i64>,
+    error_last_seen: Option<i64>,
+    error_desired_state: Option<String>,
+    agent_id: &'a str,
+    name: &'a str,
+}
+
+impl<'a> SavedRow<'a> {
+    fn of(w: &'a Workspace) -> Self {
+        let error = w.error.as_ref();
+        Self {
+            desired_state: state_text(&w.desired_state),
+            actual_state: state_text(&w.actual_state),
+            desired_state_updated_at: w.desired_state_updated_at,
+            actual_state_updated_at: w.actual_state_updated_at,
+            deployment_resource_version: w.deployment_resource_version.as_deref(),
+            responded_to_agent_at: w.responded_to_agent_at,
+            force_include_all_resources: i64::from(w.force_include_all_resources),
+            last_reported_at: w.last_reported_at,
+            error_type: error.map(|e| e.error_type.as_str()),
+            error_message: error.map(|e| e.message.as_str()),
+            error_first_seen: error.map(|e| e.first_seen),
+            error_last_seen: error.map(|e| e.last_seen),
+            error_desired_state: error.map(|e| state_text(&e.desired_state)),
+            agent_id: &w.agent_id,
+            name: &w.name,
+        }
+    }
+}
+
+impl SavedRow<'_> {
+    /// Bind this row's values in the order of [`SAVED_COLUMNS`].
+    fn bind<'q>(self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        query
+            .bind(self.desired_state)
+            .bind(self.actual_state)
+            .bind(self.desired_state_updated_at)
+            .bind(self.actual_state_updated_at)
+            .bind(self.deployment_resource_version.map(str::to_string))
+            .bind(self.responded_to_agent_at)
+            .bind(self.force_include_all_resources)
+            .bind(self.last_reported_at)
+            .bind(self.error_type.map(str::to_string))
+            .bind(self.error_message.map(str::to_string))
+            .bind(self.error_first_seen)
+            .bind(self.error_last_seen)
+            .bind(self.error_desired_state)
+            .bind(self.agent_id.to_string())
+            .bind(self.name.to_string())
+    }
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Rows per SQLite UPDATE: 15 parameters each stays below its 32,766-parameter limit.
+const SQLITE_SAVE_CHUNK: usize = 1000;
+
+/// One `UPDATE … FROM` for many rows, matched on (agent_id, name).
+///
+/// SQLite: a VALUES table of anonymous `?` parameters. sqlx looks up each parameter's name,
+/// and SQLite finds a name by a linear scan, so 750 `$N` parameters cost O(n²), more than
+/// the update itself (perf, BENCHMARKS.md); `?` has no name to look up.
+/// PostgreSQL: one JSON parameter, unpacked by `jsonb_to_recordset`.
+fn save_statement(dialect: Dialect, rows: usize) -> String {
     let assignments: Vec<String> = SAVED_COLUMNS[..13]
         .iter()
         .enumerate()
-        .map(|(i, (column, _))| format!("{column} = v.column{}", i + 1))
-        .collect();
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            let casts: Vec<String> = SAVED_COLUMNS
-                .iter()
-                .enumerate()
-                .map(|(i, (_, sql_type))| format!("CAST(${} AS {sql_type})", row * SAVED_COLUMNS.len() + i + 1))
-                .collect();
-            format!("({})", casts.join(", "))
+        .map(|(i, (column, _))| match dialect {
+            Dialect::Sqlite => format!("{column} = v.column{}", i + 1),
+            Dialect::Postgres => format!("{column} = v.{column}"),
         })
         .collect();
+    let (table, agent_id, name) = match dialect {
+        Dialect::Sqlite => {
+            let row = format!("({})", vec!["?"; SAVED_COLUMNS.len()].join(", "));
+            (format!("(VALUES {}) AS v", vec![row; rows].join(", ")), "v.column14", "v.column15")
+        }
+        Dialect::Postgres => {
+            let columns: Vec<String> =
+                SAVED_COLUMNS.iter().map(|(column, sql_type)| format!("{column} {sql_type}")).collect();
+            (format!("jsonb_to_recordset(CAST($1 AS jsonb)) AS v({})", columns.join(", ")), "v.agent_id", "v.name")
+        }
+    };
     format!(
-        "UPDATE workspaces SET {} FROM (VALUES {}) AS v WHERE workspaces.agent_id = v.column14 AND workspaces.name = v.column15",
-        assignments.join(", "),
-        values.join(", ")
+        "UPDATE workspaces SET {} FROM {table} WHERE workspaces.agent_id = {agent_id} AND workspaces.name = {name}",
+        assignments.join(", ")
     )
 }
 
-async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, rows: &[&Workspace]) -> StoreResult<()> {
-    if rows.is_empty() {
-        return Ok(());
+async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, dialect: Dialect, rows: &[&Workspace]) -> StoreResult<()> {
+    match dialect {
+        Dialect::Sqlite => {
+            for chunk in rows.chunks(SQLITE_SAVE_CHUNK) {
+                let statement = save_statement(dialect, chunk.len());
+                let query = chunk.iter().fold(sqlx::query(&statement), |query, w| SavedRow::of(w).bind(query));
+                query.execute(&mut **tx).await?;
+            }
+        }
+        Dialect::Postgres if !rows.is_empty() => {
+            let saved: Vec<SavedRow> = rows.iter().map(|w| SavedRow::of(w)).collect();
+            let json = serde_json::to_string(&saved).map_err(|e| super::store::StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&save_statement(dialect, rows.len())).bind(json).execute(&mut **tx).await?;
+        }
+        Dialect::Postgres => {}
     }
-    let statement = save_statement(rows.len());
-    let mut query = sqlx::query(&statement);
-    for w in rows {
-        let error = w.error.as_ref();
-        query = query
-            .bind(state_text(&w.desired_state))
-            .bind(state_text(&w.actual_state))
-            .bind(w.desired_state_updated_at)
-            .bind(w.actual_state_updated_at)
-            .bind(w.deployment_resource_version.clone())
-            .bind(w.responded_to_agent_at)
-            .bind(i64::from(w.force_include_all_resources))
-            .bind(w.last_reported_at)
-            .bind(error.map(|e| e.error_type.clone()))
-            .bind(error.map(|e| e.message.clone()))
-            .bind(error.map(|e| e.first_seen))
-            .bind(error.map(|e| e.last_seen))
-            .bind(error.map(|e| state_text(&e.desired_state)))
-            .bind(w.agent_id.clone())
-            .bind(w.name.clone());
-    }
-    query.execute(&mut **tx).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_rows_carry_exactly_the_saved_columns() {
+        let workspace = Workspace {
+            agent_id: "a".into(),
+            name: "w".into(),
+            namespace: "n".into(),
+            image: "i".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+            desired_state: crate::protocol::DesiredState::Running,
+            actual_state: crate::protocol::ActualState::Running,
+            desired_state_updated_at: 1,
+            actual_state_updated_at: 2,
+            deployment_resource_version: Some("7".into()),
+            responded_to_agent_at: None,
+            force_include_all_resources: true,
+            last_reported_at: Some(3),
+            error: None,
+            created_at: 0,
+        };
+        let json = serde_json::to_value(SavedRow::of(&workspace)).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut columns: Vec<&str> = SAVED_COLUMNS.iter().map(|(c, _)| *c).collect();
+        columns.sort_unstable();
+        assert_eq!(keys, columns);
+        assert_eq!(json["force_include_all_resources"], 1);
+    }
 }

@@ -1,11 +1,18 @@
 //! The control plane's decisions, free of I/O (DESIGN §3): the actual state an agent info
 //! implies, which workspaces an answer returns, when config goes with them, and the lifecycle.
 
-use crate::protocol::{ActualState, DesiredState, TerminationProgress, UpdateType, WorkspaceAgentInfo};
-use serde_json::Value;
+use crate::protocol::{
+    ActualState, DeploymentFacts, DesiredState, TerminationProgress, UpdateType, WorkspaceAgentInfo,
+};
 
 /// The actual state an agent info implies. The rules apply in order; the first match wins.
 pub fn actual_state(info: &WorkspaceAgentInfo) -> ActualState {
+    let facts = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
+    reported_state(info, facts.as_ref())
+}
+
+/// [`actual_state`], with the Deployment info already read (`None`: absent or malformed).
+pub fn reported_state(info: &WorkspaceAgentInfo, deployment: Option<&DeploymentFacts>) -> ActualState {
     use ActualState::*;
     match info.termination_progress {
         Some(TerminationProgress::Terminated) => return Terminated,
@@ -13,21 +20,18 @@ pub fn actual_state(info: &WorkspaceAgentInfo) -> ActualState {
         Some(TerminationProgress::Terminating) => return Terminating,
         None => {}
     }
-    let Some(deployment) = &info.latest_k8s_deployment_info else { return Unknown };
+    let Some(deployment) = deployment else { return Unknown };
     deployment_state(deployment)
 }
 
-fn condition_reason<'a>(conditions: &'a [Value], type_: &str) -> Option<&'a str> {
-    conditions.iter().find(|c| c["type"] == type_)?["reason"].as_str().filter(|r| !r.is_empty())
-}
-
 /// Rules 4–9, from the Deployment's spec and status.
-fn deployment_state(deployment: &Value) -> ActualState {
+fn deployment_state(deployment: &DeploymentFacts) -> ActualState {
     use ActualState::*;
-    let (spec, status) = (&deployment["spec"], &deployment["status"]);
-    let Some(conditions) = status["conditions"].as_array() else { return Unknown };
-    let Some(progressing) = condition_reason(conditions, "Progressing") else { return Unknown };
-    let Some(replicas) = spec["replicas"].as_i64() else { return Unknown };
+    if deployment.conditions().is_none() {
+        return Unknown;
+    }
+    let Some(progressing) = deployment.condition_reason("Progressing") else { return Unknown };
+    let Some(replicas) = deployment.replicas() else { return Unknown };
     if progressing == "ProgressDeadlineExceeded" {
         return Failed;
     }
@@ -38,12 +42,12 @@ fn deployment_state(deployment: &Value) -> ActualState {
             _ => Unknown,
         };
     }
-    let Some(available) = condition_reason(conditions, "Available") else { return Unknown };
+    let Some(available) = deployment.condition_reason("Available") else { return Unknown };
     if progressing != "NewReplicaSetAvailable" {
         return Unknown;
     }
-    let available_replicas = status["availableReplicas"].as_i64().unwrap_or(0);
-    let unavailable_replicas = status["unavailableReplicas"].as_i64().unwrap_or(0);
+    let available_replicas = deployment.available_replicas();
+    let unavailable_replicas = deployment.unavailable_replicas();
     let minimum_available = available == "MinimumReplicasAvailable";
     if minimum_available && replicas == 0 && available_replicas == 0 {
         Stopped

@@ -143,11 +143,19 @@ pub(crate) fn workspace_from_row(row: &AnyRow) -> StoreResult<Workspace> {
     })
 }
 
+/// The SQL spoken where one statement cannot serve both databases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// One writer; no row locks.
+    Sqlite,
+    /// Reconciles of one agent take its row lock first.
+    Postgres,
+}
+
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: AnyPool,
-    /// PostgreSQL: reconciles of one agent take its row lock first. SQLite has one writer.
-    pub(crate) lock_agent_rows: bool,
+    pub(crate) dialect: Dialect,
 }
 
 impl Store {
@@ -182,7 +190,7 @@ impl Store {
             .connect(&url)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool, lock_agent_rows: !sqlite })
+        Ok(Self { pool, dialect: if sqlite { Dialect::Sqlite } else { Dialect::Postgres } })
     }
 
     /// Register an agent; returns its token, which is shown once and stored hashed.

@@ -96,11 +96,7 @@ impl Script {
             if self.never_return.contains(&key) || !seen.insert(key.clone()) {
                 continue;
             }
-            let rv = info
-                .latest_k8s_deployment_info
-                .as_ref()
-                .and_then(|d| d["metadata"]["resourceVersion"].as_str())
-                .map(str::to_string);
+            let rv = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
             infos.push(self.rails_info(&key, rv));
         }
         for key in &self.always_return {
@@ -203,7 +199,7 @@ pub fn summary(r: &Recorded) -> String {
         .map(|i| {
             let mut s = format!("{}/{}", i.namespace, i.name);
             if let Some(d) = &i.latest_k8s_deployment_info {
-                s += &format!("@{}", d["metadata"]["resourceVersion"].as_str().unwrap_or("?"));
+                s += &format!("@{}", d.resource_version().as_deref().unwrap_or("?"));
             }
             if i.error_details.is_some() {
                 s += "!error";

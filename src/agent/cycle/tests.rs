@@ -55,7 +55,7 @@ fn sends_only_deployments_whose_version_is_not_acknowledged() {
     let names: Vec<_> = plan.request.workspace_agent_infos.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["changed"]);
     let info = &plan.request.workspace_agent_infos[0];
-    assert_eq!(info.latest_k8s_deployment_info.as_ref().unwrap()["metadata"]["resourceVersion"], "7");
+    assert_eq!(info.latest_k8s_deployment_info.as_ref().unwrap().resource_version().as_deref(), Some("7"));
 }
 
 #[test]

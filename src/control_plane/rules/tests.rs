@@ -1,12 +1,12 @@
 use super::*;
 use crate::protocol::{ErrorDetails, ErrorType};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn with_deployment(deployment: Value) -> WorkspaceAgentInfo {
     WorkspaceAgentInfo {
         name: "ws".into(),
         namespace: "ns".into(),
-        latest_k8s_deployment_info: Some(deployment),
+        latest_k8s_deployment_info: Some(deployment.into()),
         ..Default::default()
     }
 }
@@ -40,12 +40,10 @@ fn rule_2_error_details_mean_error() {
     let info = WorkspaceAgentInfo {
         termination_progress: Some(TerminationProgress::Terminating),
         error_details: Some(ErrorDetails { error_type: ErrorType::Applier, error_message: "x".into() }),
-        latest_k8s_deployment_info: Some(deployment(
-            1,
-            "NewReplicaSetAvailable",
-            Some("MinimumReplicasAvailable"),
-            json!({"availableReplicas": 1}),
-        )),
+        latest_k8s_deployment_info: Some(
+            deployment(1, "NewReplicaSetAvailable", Some("MinimumReplicasAvailable"), json!({"availableReplicas": 1}))
+                .into(),
+        ),
         ..Default::default()
     };
     assert_eq!(actual_state(&info), ActualState::Error);
