@@ -227,9 +227,7 @@ impl<'a> SavedRow<'a> {
             name: &w.name,
         }
     }
-}
 
-impl SavedRow<'_> {
     /// Bind this row's values in the order of [`SAVED_COLUMNS`].
     fn bind<'q>(self, query: AnyQuery<'q>) -> AnyQuery<'q> {
         query

@@ -436,7 +436,7 @@ pub fn apply_failed_events(env: &TestEnv, namespace: &str, involved: &str) -> St
     )
 }
 
-/// The agent's command line. `WSYNC_AGENT_WRAPPER` (say `heaptrack -o /tmp/agent`) runs it under
+/// The agent's command line. `WSYNC_AGENT_WRAPPER` (say `hack/heaptrack-agent.sh`) runs it under
 /// a profiler; the pid is then the wrapper's, so RSS figures do not apply.
 fn agent_command() -> Command {
     let wrapper = std::env::var("WSYNC_AGENT_WRAPPER").unwrap_or_default();
