@@ -283,9 +283,7 @@ async fn run_cycle(
     drop(plan);
     let actions = settled.actions.len();
     let trim = update_type == UpdateType::Full || actions >= memory::TRIM_AFTER_ACTIONS;
-    if !spawn_actions(ctx, settled.actions, trim) && trim {
-        memory::release_free_memory();
-    }
+    spawn_actions(ctx, settled.actions, trim);
     for key in &settled.forgotten {
         ctx.pull_secret_copies().forget(key);
     }
@@ -316,14 +314,14 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
     Ok(gone)
 }
 
-/// Run a cycle's actions with bounded concurrency, from one task. Only as many apply futures
-/// exist as run at once: a task per workspace allocated every apply's whole state up front,
-/// tens of KiB each, hundreds of MiB for a 10,000-workspace full sync (BENCHMARKS.md).
-/// Run a cycle's applies in one task, `trim` the heap once they are done. Returns false when
-/// there was nothing to run.
-fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) -> bool {
+/// Run a cycle's actions with bounded concurrency from one task, so that only as many apply
+/// futures exist as run at once; then `trim` the heap (at once when there is nothing to run).
+fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) {
     if actions.is_empty() {
-        return false;
+        if trim {
+            memory::release_free_memory();
+        }
+        return;
     }
     let ctx2 = ctx.clone();
     let limit = ctx.config.apply_concurrency.max(1);
@@ -334,7 +332,6 @@ fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) 
         }
     };
     ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
-    true
 }
 
 /// One workspace's apply or termination. The shared slots cap applies across cycles.

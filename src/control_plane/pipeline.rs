@@ -287,6 +287,9 @@ fn save_statement(dialect: Dialect, rows: usize) -> String {
 }
 
 async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, dialect: Dialect, rows: &[&Workspace]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
     match dialect {
         Dialect::Sqlite => {
             for chunk in rows.chunks(SQLITE_SAVE_CHUNK) {
@@ -295,12 +298,11 @@ async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, dialect: Dialect, rows:
                 query.execute(&mut **tx).await?;
             }
         }
-        Dialect::Postgres if !rows.is_empty() => {
+        Dialect::Postgres => {
             let saved: Vec<SavedRow> = rows.iter().map(|w| SavedRow::of(w)).collect();
             let json = serde_json::to_string(&saved).map_err(|e| super::store::StoreError::Corrupt(e.to_string()))?;
             sqlx::query(&save_statement(dialect, rows.len())).bind(json).execute(&mut **tx).await?;
         }
-        Dialect::Postgres => {}
     }
     Ok(())
 }
