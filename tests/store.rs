@@ -61,20 +61,20 @@ async fn suite(store: Store) {
     let ns = created.namespace.clone();
 
     // Never responded: a partial returns it with config, and the pull secrets.
-    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
     assert_eq!(answer.workspace_rails_infos.len(), 1);
     let info = &answer.workspace_rails_infos[0];
     assert!(info.config_to_apply.contains("kind: Deployment"));
     assert_eq!(info.image_pull_secrets.len(), 1);
     assert_eq!(answer.settings.map(|s| s.partial_reconciliation_interval_seconds), Some(2));
     // Stamped: the next idle partial returns nothing.
-    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
     assert!(answer.workspace_rails_infos.is_empty());
 
     // A report persists the actual state and acknowledges the resourceVersion.
     let mut running = report(&ns, "ws");
     running.latest_k8s_deployment_info = Some(running_deployment("ws", "42").into());
-    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![running]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![running]), &pipeline()).await.unwrap();
     let info = &answer.workspace_rails_infos[0];
     assert_eq!(info.actual_state, ActualState::Running);
     assert_eq!(info.deployment_resource_version.as_deref(), Some("42"));
@@ -86,25 +86,25 @@ async fn suite(store: Store) {
         error_type: ErrorType::Applier,
         error_message: "Deployment.apps \"ws\" is invalid".into(),
     });
-    store.reconcile(&agent, &request(UpdateType::Partial, vec![failed]), &pipeline()).await.unwrap();
+    store.reconcile(&agent, request(UpdateType::Partial, vec![failed]), &pipeline()).await.unwrap();
     let stored = store.workspace("a1", "ws").await.unwrap().unwrap();
     assert_eq!(stored.actual_state, ActualState::Error);
     let error = stored.error.expect("the error is persisted");
     assert_eq!((error.error_type.as_str(), error.message.as_str()), ("applier", "Deployment.apps \"ws\" is invalid"));
     let mut healthy = report(&ns, "ws");
     healthy.latest_k8s_deployment_info = Some(running_deployment("ws", "43").into());
-    store.reconcile(&agent, &request(UpdateType::Partial, vec![healthy]), &pipeline()).await.unwrap();
+    store.reconcile(&agent, request(UpdateType::Partial, vec![healthy]), &pipeline()).await.unwrap();
     assert!(store.workspace("a1", "ws").await.unwrap().unwrap().error.is_none());
 
     // A desired-state change is returned in the next partial, with replicas 0.
     store.set_desired("a1", "ws", DesiredState::Stopped).await.unwrap();
-    let answer = store.reconcile(&agent, &request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
     assert_eq!(answer.workspace_rails_infos[0].desired_state, DesiredState::Stopped);
     assert!(answer.workspace_rails_infos[0].config_to_apply.contains("replicas: 0"));
 
     // An agent sees only its own workspaces; reports about others are ignored.
     let answer =
-        store.reconcile(&other, &request(UpdateType::Full, vec![report(&ns, "ws")]), &pipeline()).await.unwrap();
+        store.reconcile(&other, request(UpdateType::Full, vec![report(&ns, "ws")]), &pipeline()).await.unwrap();
     assert!(answer.workspace_rails_infos.is_empty());
 
     // Terminated is final; once the agent reports it Terminated, a full leaves it out.
@@ -112,8 +112,8 @@ async fn suite(store: Store) {
     assert!(matches!(store.set_desired("a1", "ws", DesiredState::Running).await, Err(StoreError::Conflict(_))));
     let mut gone = report(&ns, "ws");
     gone.termination_progress = Some(TerminationProgress::Terminated);
-    store.reconcile(&agent, &request(UpdateType::Partial, vec![gone]), &pipeline()).await.unwrap();
-    let answer = store.reconcile(&agent, &request(UpdateType::Full, vec![]), &pipeline()).await.unwrap();
+    store.reconcile(&agent, request(UpdateType::Partial, vec![gone]), &pipeline()).await.unwrap();
+    let answer = store.reconcile(&agent, request(UpdateType::Full, vec![]), &pipeline()).await.unwrap();
     assert!(answer.workspace_rails_infos.is_empty());
 
     concurrent_reconciles_of_one_agent_all_succeed(&store, &other).await;
@@ -144,7 +144,7 @@ async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &w
             .collect();
         // Reported in a different order each time.
         infos.rotate_left(round % names.len());
-        async move { store.reconcile(agent, &request(UpdateType::Partial, infos), &pipeline()).await }
+        async move { store.reconcile(agent, request(UpdateType::Partial, infos), &pipeline()).await }
     });
     for result in futures::future::join_all(runs).await {
         result.expect("a concurrent reconcile");
@@ -159,6 +159,65 @@ async fn sqlite() {
     // Reopening migrates nothing twice and finds the data.
     let again = Store::connect(&format!("sqlite://{}/store.db", dir.path().display())).await.unwrap();
     assert!(again.workspace("a1", "ws").await.unwrap().is_some());
+}
+
+/// On SQLite, reconciles that queue while one commits share the next commit, each in a
+/// savepoint: one that fails (here, on a corrupt row) fails alone and saves nothing, and every
+/// other one in its batch is saved and answered.
+#[tokio::test]
+async fn sqlite_reconciles_committed_together_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/store.db", dir.path().display());
+    let store = Store::connect(&url).await.unwrap();
+    let mut agents = Vec::new();
+    for id in ["good", "broken"] {
+        let token = store.create_agent(id, &[]).await.unwrap();
+        agents.push(store.agent_by_token(&token).await.unwrap().expect("the agent"));
+        let new = NewWorkspace {
+            name: "ws".into(),
+            image: "busybox:1.36".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+        };
+        store.create_workspace(id, &new).await.unwrap();
+    }
+    let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("UPDATE workspaces SET desired_state = 'Bogus' WHERE agent_id = 'broken'").execute(&raw).await.unwrap();
+
+    let namespace = |agent: &str| wsync::control_plane::store::workspace_namespace(agent, "ws");
+    let runs = (0..40).map(|round| {
+        let agent = &agents[round % 2];
+        let info = WorkspaceAgentInfo {
+            latest_k8s_deployment_info: Some(running_deployment("ws", &format!("{}", 100 + round)).into()),
+            ..report(&namespace(&agent.id), "ws")
+        };
+        let store = &store;
+        async move {
+            (agent.id.clone(), store.reconcile(agent, request(UpdateType::Partial, vec![info]), &pipeline()).await)
+        }
+    });
+    for (agent, result) in futures::future::join_all(runs).await {
+        match agent.as_str() {
+            "good" => assert_eq!(result.expect("the good agent's reconcile").workspace_rails_infos.len(), 1),
+            _ => assert!(matches!(result, Err(StoreError::Corrupt(_))), "{result:?}"),
+        }
+    }
+    let good = store.workspace("good", "ws").await.unwrap().unwrap();
+    assert_eq!(good.actual_state, ActualState::Running);
+    assert!(good.responded_to_agent_at.is_some());
+    let (reported,): (Option<i64>,) =
+        sqlx::query_as("SELECT last_reported_at FROM workspaces WHERE agent_id = 'broken'")
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+    assert_eq!(reported, None, "nothing of a failed reconcile is saved");
+}
+
+#[tokio::test]
+async fn sqlite_in_memory_is_refused_with_a_reason() {
+    let error = Store::connect("sqlite::memory:").await.err().expect("refused");
+    assert!(error.to_string().contains("in memory"), "{error}");
 }
 
 fn postgres_url() -> &'static str {

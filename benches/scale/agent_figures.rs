@@ -29,6 +29,8 @@ pub struct Row {
     pub idle_max_body: usize,
     pub idle_cpu_ms_per_cycle: f64,
     pub rss_bytes_per_workspace: f64,
+    /// The same for the heap in use after the last trim, where the agent logs it (glibc).
+    pub heap_bytes_per_workspace: Option<f64>,
     pub report_p50: f64,
     pub report_p99: f64,
     pub apply_p50: f64,
@@ -117,7 +119,22 @@ async fn wait_for_metric(port: u16, name: &str, at_least: f64, timeout: Duration
 
 const APPLIED: &str = "wsync_applies_total{result=\"success\"}";
 
-/// An agent logging at info: the tests' debug level would cost CPU the figures should not show.
+/// What an agent with no workspaces holds after its first cycles.
+#[derive(Clone, Copy)]
+pub struct Baseline {
+    pub rss: u64,
+    pub heap: Option<u64>,
+}
+
+/// The heap in use the agent last logged after trimming (`src/agent/memory.rs`).
+fn heap_in_use(agent: &AgentProcess) -> Option<u64> {
+    let logs = agent.logs();
+    let line = logs.lines().rev().find(|l| l.contains("heap_in_use_bytes="))?;
+    line.split("heap_in_use_bytes=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// An agent logging at info (and its memory at debug): the tests' debug level would cost CPU
+/// the figures should not show.
 async fn start_agent(id: &str, url: &str, port: u16, apply_cache: bool) -> AgentProcess {
     let address = format!("127.0.0.1:{port}");
     let cache = format!("--apply-cache={apply_cache}");
@@ -125,24 +142,30 @@ async fn start_agent(id: &str, url: &str, port: u16, apply_cache: bool) -> Agent
     let agent = AgentProcess::start(support::env(), id, url, &args).keep_cluster_state();
     let level = format!("http://{address}/loglevel");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while reqwest::Client::new().put(&level).body("info").send().await.map_or(true, |r| !r.status().is_success()) {
+    while reqwest::Client::new()
+        .put(&level)
+        .body("info,wsync::agent::memory=debug")
+        .send()
+        .await
+        .map_or(true, |r| !r.status().is_success())
+    {
         assert!(Instant::now() < deadline, "the agent's metrics endpoint never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     agent
 }
 
-/// The RSS of an agent with no workspaces, after its first cycles.
-pub async fn baseline_rss() -> u64 {
+/// The RSS and heap of an agent with no workspaces, after its first cycles.
+pub async fn baseline() -> Baseline {
     let stub = StubControlPlane::start(Default::default()).await;
     let id = support::unique_id("bench-base");
     let agent = start_agent(&id, &stub.url, support::free_port(), true).await;
     stub.wait_for("the first cycle", 0, Duration::from_secs(60), |_| true).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = rss_bytes(agent.pid().expect("pid"));
+    let baseline = Baseline { rss: rss_bytes(agent.pid().expect("pid")), heap: heap_in_use(&agent) };
     drop(agent);
     let _ = support::kubectl(support::env(), &["-n", AGENT_NAMESPACE, "delete", "wss", &id, "--ignore-not-found"]);
-    rss
+    baseline
 }
 
 fn annotate_resync(id: &str, value: &str) {
@@ -261,7 +284,7 @@ async fn full_resyncs(
     fulls
 }
 
-pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
+pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     eprintln!("== N = {n}");
     let env = support::env();
     let admin = support::admin_client(env).await;
@@ -326,7 +349,9 @@ pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
 
     // 3. Memory.
     let rss = rss_bytes(pid);
-    let rss_bytes_per_workspace = rss.saturating_sub(baseline_rss) as f64 / n as f64;
+    let rss_bytes_per_workspace = rss.saturating_sub(baseline.rss) as f64 / n as f64;
+    let heap_bytes_per_workspace =
+        baseline.heap.zip(heap_in_use(&agent)).map(|(base, heap)| heap.saturating_sub(base) as f64 / n as f64);
 
     // 4a. A Deployment change reaching the control plane.
     let deployments = |ns: &str| Api::<Deployment>::namespaced(admin.clone(), ns);
@@ -393,6 +418,7 @@ pub async fn measure(n: usize, options: &Options, baseline_rss: u64) -> Row {
         idle_max_body: max_body,
         idle_cpu_ms_per_cycle,
         rss_bytes_per_workspace,
+        heap_bytes_per_workspace,
         report_p50: percentile(&reported, 50.0),
         report_p99: percentile(&reported, 99.0),
         apply_p50: percentile(&applied, 50.0),
@@ -418,6 +444,9 @@ pub fn print_table(rows: &[Row]) {
     line("idle partial: agent CPU per cycle (ms)", "", &|r| format!("{:.2}", r.idle_cpu_ms_per_cycle));
     line("agent RSS above baseline per workspace (bytes)", "≤ 2048", &|r| {
         format!("{:.0}", r.rss_bytes_per_workspace)
+    });
+    line("… of which the agent's live heap (bytes)", "", &|r| {
+        r.heap_bytes_per_workspace.map_or("n/a".into(), |h| format!("{h:.0}"))
     });
     line("Deployment change → control plane, p50 (ms)", "", &|r| format!("{:.0}", r.report_p50));
     line("Deployment change → control plane, p99 (ms)", "< 1000", &|r| format!("{:.0}", r.report_p99));

@@ -112,10 +112,10 @@ async fn main() {
     }
     println!();
     let mut rows = Vec::new();
-    let baseline_rss = agent_figures::baseline_rss().await;
-    println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline_rss as f64 / 1048576.0);
+    let baseline = agent_figures::baseline().await;
+    println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline.rss as f64 / 1048576.0);
     for &n in &options.sizes {
-        rows.push(agent_figures::measure(n, &options, baseline_rss).await);
+        rows.push(agent_figures::measure(n, &options, baseline).await);
         // The table so far, so that a long run's early sizes are never lost.
         agent_figures::print_table(&rows);
     }

@@ -100,8 +100,9 @@ async fn reconcile(State(state): State<Arc<AppState>>, headers: HeaderMap, body:
     let agent = authenticate_agent(&state, &headers).await?;
     let request: ReconcileRequest = parse(&body)?;
     pipeline::validate(&request).map_err(bad_request)?;
-    let response = state.store.reconcile(&agent, &request, &state.pipeline).await?;
-    tracing::debug!(agent = %agent.id, update_type = %request.update_type, received = request.workspace_agent_infos.len(), returned = response.workspace_rails_infos.len(), "reconciled");
+    let (update_type, received) = (request.update_type, request.workspace_agent_infos.len());
+    let response = state.store.reconcile(&agent, request, &state.pipeline).await?;
+    tracing::debug!(agent = %agent.id, %update_type, received, returned = response.workspace_rails_infos.len(), "reconciled");
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }
 

@@ -4,6 +4,7 @@ pub mod api;
 pub mod config_builder;
 pub mod pipeline;
 pub mod rules;
+mod sqlite_writer;
 pub mod store;
 pub mod ui;
 

@@ -6,10 +6,12 @@
 use super::config_builder::{self, WorkspaceSpec};
 use super::rules::{self, Lifecycle, Selection};
 use super::store::{
-    Agent, Dialect, Store, StoreResult, WORKSPACE_COLUMNS, Workspace, now_ms, state_text, workspace_from_row,
+    Agent, Backend, Store, StoreError, StoreResult, WORKSPACE_COLUMNS, Workspace, now_ms, state_text,
+    workspace_from_row,
 };
 use crate::protocol::{ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::LazyLock;
 
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -64,8 +66,104 @@ fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) 
     }
 }
 
+/// What one reconcile decided: the answer, and the workspaces whose rows must be saved.
+pub struct Decision {
+    pub response: ReconcileResponse,
+    /// Indices into the workspaces handed to [`decide`], ascending.
+    pub touched: Vec<usize>,
+}
+
+/// The whole reconcile over an agent's workspaces as loaded, without I/O: persist the reports,
+/// apply the lifecycle rules, select what to return and build its config. `workspaces` is
+/// updated in place; the caller saves the touched ones in the transaction it loaded them in.
+pub fn decide(
+    workspaces: &mut [Workspace],
+    agent: &Agent,
+    request: &ReconcileRequest,
+    config: &PipelineConfig,
+    now: i64,
+) -> StoreResult<Decision> {
+    let index: HashMap<(String, String), usize> =
+        workspaces.iter().enumerate().map(|(i, w)| ((w.namespace.clone(), w.name.clone()), i)).collect();
+    let mut reported = HashSet::new();
+    let mut touched = BTreeSet::new();
+    for info in &request.workspace_agent_infos {
+        // Infos for workspaces this agent does not own are ignored, never returned.
+        let Some(&i) = index.get(&(info.namespace.clone(), info.name.clone())) else { continue };
+        apply_report(&mut workspaces[i], info, now);
+        reported.insert(i);
+        touched.insert(i);
+    }
+    for (i, workspace) in workspaces.iter_mut().enumerate() {
+        let next = rules::next_desired(
+            workspace.desired_state,
+            workspace.actual_state,
+            workspace.desired_state_updated_at,
+            now,
+            &config.lifecycle,
+        );
+        if let Some(desired) = next {
+            tracing::info!(agent = %agent.id, workspace = %workspace.name, from = ?workspace.desired_state, to = ?desired, "desired state changed by the lifecycle rules");
+            workspace.desired_state = desired;
+            workspace.desired_state_updated_at = now;
+            touched.insert(i);
+        }
+    }
+
+    let mut infos = Vec::new();
+    for (i, workspace) in workspaces.iter_mut().enumerate() {
+        let selection = Selection {
+            desired: workspace.desired_state,
+            actual: workspace.actual_state,
+            desired_updated_at: workspace.desired_state_updated_at,
+            actual_updated_at: workspace.actual_state_updated_at,
+            responded_to_agent_at: workspace.responded_to_agent_at,
+            force_include_all_resources: workspace.force_include_all_resources,
+        };
+        if !selection.returned(request.update_type, reported.contains(&i)) {
+            continue;
+        }
+        let config_to_apply = if selection.include_config(request.update_type) {
+            config_builder::build(&spec(workspace, agent, &config.label_key), workspace.desired_state)
+                .map_err(|e| StoreError::Corrupt(format!("building config: {e}")))?
+        } else {
+            String::new()
+        };
+        infos.push(WorkspaceRailsInfo {
+            name: workspace.name.clone(),
+            namespace: workspace.namespace.clone(),
+            desired_state: workspace.desired_state,
+            actual_state: workspace.actual_state,
+            deployment_resource_version: workspace.deployment_resource_version.clone(),
+            config_to_apply,
+            image_pull_secrets: agent.image_pull_secrets.clone(),
+        });
+        workspace.responded_to_agent_at = Some(now);
+        workspace.force_include_all_resources = false;
+        touched.insert(i);
+    }
+    Ok(Decision {
+        response: ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) },
+        touched: touched.into_iter().collect(),
+    })
+}
+
 impl Store {
+    /// One reconcile, in one transaction: on SQLite through the store's writer thread, which
+    /// commits concurrent reconciles together; on PostgreSQL under the agent's row lock.
     pub async fn reconcile(
+        &self,
+        agent: &Agent,
+        request: ReconcileRequest,
+        config: &PipelineConfig,
+    ) -> StoreResult<ReconcileResponse> {
+        match &self.backend {
+            Backend::Sqlite(writer) => writer.reconcile(agent.clone(), request, config.clone()).await,
+            Backend::Postgres => self.reconcile_postgres(agent, &request, config).await,
+        }
+    }
+
+    async fn reconcile_postgres(
         &self,
         agent: &Agent,
         request: &ReconcileRequest,
@@ -73,83 +171,20 @@ impl Store {
     ) -> StoreResult<ReconcileResponse> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
-        if self.dialect == Dialect::Postgres {
-            // Concurrent reconciles of one agent (two replicas overlapping) run one after the
-            // other instead of deadlocking on the workspace rows they both update.
-            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
-        }
+        // Concurrent reconciles of one agent (two replicas overlapping) run one after the
+        // other instead of deadlocking on the workspace rows they both update.
+        sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
         let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name");
         let rows = sqlx::query(&sql).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
-        let index: HashMap<(String, String), usize> =
-            workspaces.iter().enumerate().map(|(i, w)| ((w.namespace.clone(), w.name.clone()), i)).collect();
-
-        let mut reported = HashSet::new();
-        let mut changed = HashSet::new();
-        for info in &request.workspace_agent_infos {
-            // Infos for workspaces this agent does not own are ignored, never returned.
-            let Some(&i) = index.get(&(info.namespace.clone(), info.name.clone())) else { continue };
-            apply_report(&mut workspaces[i], info, now);
-            reported.insert(i);
-            changed.insert(i);
+        let decision = decide(&mut workspaces, agent, request, config, now)?;
+        if !decision.touched.is_empty() {
+            let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
+            let json = serde_json::to_string(&saved).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&POSTGRES_SAVE).bind(json).execute(&mut *tx).await?;
         }
-        for (i, workspace) in workspaces.iter_mut().enumerate() {
-            let next = rules::next_desired(
-                workspace.desired_state,
-                workspace.actual_state,
-                workspace.desired_state_updated_at,
-                now,
-                &config.lifecycle,
-            );
-            if let Some(desired) = next {
-                tracing::info!(agent = %agent.id, workspace = %workspace.name, from = ?workspace.desired_state, to = ?desired, "desired state changed by the lifecycle rules");
-                workspace.desired_state = desired;
-                workspace.desired_state_updated_at = now;
-                changed.insert(i);
-            }
-        }
-
-        let mut infos = Vec::new();
-        let mut returned = Vec::new();
-        for (i, workspace) in workspaces.iter().enumerate() {
-            let selection = Selection {
-                desired: workspace.desired_state,
-                actual: workspace.actual_state,
-                desired_updated_at: workspace.desired_state_updated_at,
-                actual_updated_at: workspace.actual_state_updated_at,
-                responded_to_agent_at: workspace.responded_to_agent_at,
-                force_include_all_resources: workspace.force_include_all_resources,
-            };
-            if !selection.returned(request.update_type, reported.contains(&i)) {
-                continue;
-            }
-            let config_to_apply = if selection.include_config(request.update_type) {
-                config_builder::build(&spec(workspace, agent, &config.label_key), workspace.desired_state)
-                    .map_err(|e| super::store::StoreError::Corrupt(format!("building config: {e}")))?
-            } else {
-                String::new()
-            };
-            infos.push(WorkspaceRailsInfo {
-                name: workspace.name.clone(),
-                namespace: workspace.namespace.clone(),
-                desired_state: workspace.desired_state,
-                actual_state: workspace.actual_state,
-                deployment_resource_version: workspace.deployment_resource_version.clone(),
-                config_to_apply,
-                image_pull_secrets: agent.image_pull_secrets.clone(),
-            });
-            returned.push(i);
-        }
-
-        for &i in &returned {
-            workspaces[i].responded_to_agent_at = Some(now);
-            workspaces[i].force_include_all_resources = false;
-        }
-        let touched: std::collections::BTreeSet<usize> = changed.into_iter().chain(returned).collect();
-        let rows: Vec<&Workspace> = touched.into_iter().map(|i| &workspaces[i]).collect();
-        save(&mut tx, self.dialect, &rows).await?;
         tx.commit().await?;
-        Ok(ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) })
+        Ok(decision.response)
     }
 }
 
@@ -188,26 +223,26 @@ const SAVED_COLUMNS: [(&str, &str); 15] = [
 
 /// One saved row, serialized with exactly the names of [`SAVED_COLUMNS`].
 #[derive(serde::Serialize)]
-struct SavedRow<'a> {
-    desired_state: String,
-    actual_state: String,
-    desired_state_updated_at: i64,
-    actual_state_updated_at: i64,
-    deployment_resource_version: Option<&'a str>,
-    responded_to_agent_at: Option<i64>,
-    force_include_all_resources: i64,
-    last_reported_at: Option<i64>,
-    error_type: Option<&'a str>,
-    error_message: Option<&'a str>,
-    error_first_seen: Option<i64>,
-    error_last_seen: Option<i64>,
-    error_desired_state: Option<String>,
-    agent_id: &'a str,
-    name: &'a str,
+pub(crate) struct SavedRow<'a> {
+    pub(crate) desired_state: String,
+    pub(crate) actual_state: String,
+    pub(crate) desired_state_updated_at: i64,
+    pub(crate) actual_state_updated_at: i64,
+    pub(crate) deployment_resource_version: Option<&'a str>,
+    pub(crate) responded_to_agent_at: Option<i64>,
+    pub(crate) force_include_all_resources: i64,
+    pub(crate) last_reported_at: Option<i64>,
+    pub(crate) error_type: Option<&'a str>,
+    pub(crate) error_message: Option<&'a str>,
+    pub(crate) error_first_seen: Option<i64>,
+    pub(crate) error_last_seen: Option<i64>,
+    pub(crate) error_desired_state: Option<String>,
+    pub(crate) agent_id: &'a str,
+    pub(crate) name: &'a str,
 }
 
 impl<'a> SavedRow<'a> {
-    fn of(w: &'a Workspace) -> Self {
+    pub(crate) fn of(w: &'a Workspace) -> Self {
         let error = w.error.as_ref();
         Self {
             desired_state: state_text(&w.desired_state),
@@ -227,85 +262,28 @@ impl<'a> SavedRow<'a> {
             name: &w.name,
         }
     }
-
-    /// Bind this row's values in the order of [`SAVED_COLUMNS`].
-    fn bind<'q>(self, query: AnyQuery<'q>) -> AnyQuery<'q> {
-        query
-            .bind(self.desired_state)
-            .bind(self.actual_state)
-            .bind(self.desired_state_updated_at)
-            .bind(self.actual_state_updated_at)
-            .bind(self.deployment_resource_version.map(str::to_string))
-            .bind(self.responded_to_agent_at)
-            .bind(self.force_include_all_resources)
-            .bind(self.last_reported_at)
-            .bind(self.error_type.map(str::to_string))
-            .bind(self.error_message.map(str::to_string))
-            .bind(self.error_first_seen)
-            .bind(self.error_last_seen)
-            .bind(self.error_desired_state)
-            .bind(self.agent_id.to_string())
-            .bind(self.name.to_string())
-    }
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
-
-/// Rows per SQLite UPDATE: 15 parameters each stays below its 32,766-parameter limit.
-const SQLITE_SAVE_CHUNK: usize = 1000;
-
-/// One `UPDATE … FROM` for many rows, matched on (agent_id, name).
-///
-/// SQLite: a VALUES table of anonymous `?` parameters. sqlx looks up each parameter's name,
-/// and SQLite finds a name by a linear scan, so 750 `$N` parameters cost O(n²), more than
-/// the update itself (perf, BENCHMARKS.md); `?` has no name to look up.
-/// PostgreSQL: one JSON parameter, unpacked by `jsonb_to_recordset`.
-fn save_statement(dialect: Dialect, rows: usize) -> String {
-    let assignments: Vec<String> = SAVED_COLUMNS[..13]
-        .iter()
-        .enumerate()
-        .map(|(i, (column, _))| match dialect {
-            Dialect::Sqlite => format!("{column} = v.column{}", i + 1),
-            Dialect::Postgres => format!("{column} = v.{column}"),
-        })
-        .collect();
-    let (table, agent_id, name) = match dialect {
-        Dialect::Sqlite => {
-            let row = format!("({})", vec!["?"; SAVED_COLUMNS.len()].join(", "));
-            (format!("(VALUES {}) AS v", vec![row; rows].join(", ")), "v.column14", "v.column15")
-        }
-        Dialect::Postgres => {
-            let columns: Vec<String> =
-                SAVED_COLUMNS.iter().map(|(column, sql_type)| format!("{column} {sql_type}")).collect();
-            (format!("jsonb_to_recordset(CAST($1 AS jsonb)) AS v({})", columns.join(", ")), "v.agent_id", "v.name")
-        }
-    };
+/// One `UPDATE … FROM` for all saved rows: a single JSON parameter unpacked by
+/// `jsonb_to_recordset`, matched on (agent_id, name).
+static POSTGRES_SAVE: LazyLock<String> = LazyLock::new(|| {
+    let assignments: Vec<String> =
+        SAVED_COLUMNS[..13].iter().map(|(column, _)| format!("{column} = v.{column}")).collect();
+    let columns: Vec<String> = SAVED_COLUMNS.iter().map(|(column, sql_type)| format!("{column} {sql_type}")).collect();
     format!(
-        "UPDATE workspaces SET {} FROM {table} WHERE workspaces.agent_id = {agent_id} AND workspaces.name = {name}",
-        assignments.join(", ")
+        "UPDATE workspaces SET {} FROM jsonb_to_recordset(CAST($1 AS jsonb)) AS v({}) \
+         WHERE workspaces.agent_id = v.agent_id AND workspaces.name = v.name",
+        assignments.join(", "),
+        columns.join(", ")
     )
-}
+});
 
-async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, dialect: Dialect, rows: &[&Workspace]) -> StoreResult<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    match dialect {
-        Dialect::Sqlite => {
-            for chunk in rows.chunks(SQLITE_SAVE_CHUNK) {
-                let statement = save_statement(dialect, chunk.len());
-                let query = chunk.iter().fold(sqlx::query(&statement), |query, w| SavedRow::of(w).bind(query));
-                query.execute(&mut **tx).await?;
-            }
-        }
-        Dialect::Postgres => {
-            let saved: Vec<SavedRow> = rows.iter().map(|w| SavedRow::of(w)).collect();
-            let json = serde_json::to_string(&saved).map_err(|e| super::store::StoreError::Corrupt(e.to_string()))?;
-            sqlx::query(&save_statement(dialect, rows.len())).bind(json).execute(&mut **tx).await?;
-        }
-    }
-    Ok(())
-}
+/// The same update for one row, with positional parameters in the order of [`SAVED_COLUMNS`].
+pub(crate) static SQLITE_SAVE: LazyLock<String> = LazyLock::new(|| {
+    let assignments: Vec<String> =
+        SAVED_COLUMNS[..13].iter().enumerate().map(|(i, (column, _))| format!("{column} = ?{}", i + 1)).collect();
+    format!("UPDATE workspaces SET {} WHERE agent_id = ?14 AND name = ?15", assignments.join(", "))
+});
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! Persistence with sqlx: embedded SQLite by default, PostgreSQL for a `postgres://` URL.
-//! One schema serves both (migrations/), through sqlx's `Any` driver.
+//! One schema serves both (migrations/), through sqlx's `Any` driver. On SQLite, reconciles
+//! (the hot path) go to a writer thread of their own ([`super::sqlite_writer`]).
 
+use super::sqlite_writer::SqliteWriter;
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -17,6 +19,11 @@ pub enum StoreError {
     Conflict(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The SQLite writer could not commit a batch, or has stopped.
+    #[error("database writer: {0}")]
+    Writer(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -110,52 +117,88 @@ pub(crate) const WORKSPACE_COLUMNS: &str = "agent_id, name, namespace, image, cp
      force_include_all_resources, last_reported_at, error_type, error_message, error_first_seen, error_last_seen, \
      error_desired_state, created_at";
 
-pub(crate) fn workspace_from_row(row: &AnyRow) -> StoreResult<Workspace> {
-    let env: String = row.try_get("env")?;
-    let error = match row.try_get::<Option<String>, _>("error_type")? {
+/// A result row read by column name: sqlx's and rusqlite's rows alike, so that one function
+/// turns either into a [`Workspace`].
+pub(crate) trait Columns {
+    fn text(&self, column: &str) -> StoreResult<Option<String>>;
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>>;
+
+    fn required_text(&self, column: &str) -> StoreResult<String> {
+        self.text(column)?.ok_or_else(|| StoreError::Corrupt(format!("{column} is NULL")))
+    }
+
+    fn required_integer(&self, column: &str) -> StoreResult<i64> {
+        self.integer(column)?.ok_or_else(|| StoreError::Corrupt(format!("{column} is NULL")))
+    }
+}
+
+impl Columns for AnyRow {
+    fn text(&self, column: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, column: &str) -> StoreResult<Option<String>> {
+        Ok(self.get(column)?)
+    }
+
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>> {
+        Ok(self.get(column)?)
+    }
+}
+
+/// A row selected with [`WORKSPACE_COLUMNS`].
+pub(crate) fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
+    let env = row.required_text("env")?;
+    let error = match row.text("error_type")? {
         Some(error_type) => Some(WorkspaceError {
             error_type,
-            message: row.try_get::<Option<String>, _>("error_message")?.unwrap_or_default(),
-            first_seen: row.try_get::<Option<i64>, _>("error_first_seen")?.unwrap_or_default(),
-            last_seen: row.try_get::<Option<i64>, _>("error_last_seen")?.unwrap_or_default(),
-            desired_state: parse_enum(&row.try_get::<Option<String>, _>("error_desired_state")?.unwrap_or_default())?,
+            message: row.text("error_message")?.unwrap_or_default(),
+            first_seen: row.integer("error_first_seen")?.unwrap_or_default(),
+            last_seen: row.integer("error_last_seen")?.unwrap_or_default(),
+            desired_state: parse_enum(&row.text("error_desired_state")?.unwrap_or_default())?,
         }),
         None => None,
     };
     Ok(Workspace {
-        agent_id: row.try_get("agent_id")?,
-        name: row.try_get("name")?,
-        namespace: row.try_get("namespace")?,
-        image: row.try_get("image")?,
-        cpu: row.try_get("cpu")?,
-        memory: row.try_get("memory")?,
+        agent_id: row.required_text("agent_id")?,
+        name: row.required_text("name")?,
+        namespace: row.required_text("namespace")?,
+        image: row.required_text("image")?,
+        cpu: row.text("cpu")?,
+        memory: row.text("memory")?,
         env: serde_json::from_str(&env).map_err(|e| StoreError::Corrupt(format!("env: {e}")))?,
-        desired_state: parse_enum(&row.try_get::<String, _>("desired_state")?)?,
-        actual_state: parse_enum(&row.try_get::<String, _>("actual_state")?)?,
-        desired_state_updated_at: row.try_get("desired_state_updated_at")?,
-        actual_state_updated_at: row.try_get("actual_state_updated_at")?,
-        deployment_resource_version: row.try_get("deployment_resource_version")?,
-        responded_to_agent_at: row.try_get("responded_to_agent_at")?,
-        force_include_all_resources: row.try_get::<i64, _>("force_include_all_resources")? != 0,
-        last_reported_at: row.try_get("last_reported_at")?,
+        desired_state: parse_enum(&row.required_text("desired_state")?)?,
+        actual_state: parse_enum(&row.required_text("actual_state")?)?,
+        desired_state_updated_at: row.required_integer("desired_state_updated_at")?,
+        actual_state_updated_at: row.required_integer("actual_state_updated_at")?,
+        deployment_resource_version: row.text("deployment_resource_version")?,
+        responded_to_agent_at: row.integer("responded_to_agent_at")?,
+        force_include_all_resources: row.required_integer("force_include_all_resources")? != 0,
+        last_reported_at: row.integer("last_reported_at")?,
         error,
-        created_at: row.try_get("created_at")?,
+        created_at: row.required_integer("created_at")?,
     })
 }
 
-/// The SQL spoken where one statement cannot serve both databases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// One writer; no row locks.
-    Sqlite,
-    /// Reconciles of one agent take its row lock first.
+/// Where reconciles are written.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    /// One writer thread owns the write connection and commits concurrent reconciles together.
+    Sqlite(SqliteWriter),
+    /// Reconciles run on the pool; each takes its agent's row lock first.
     Postgres,
 }
 
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: AnyPool,
-    pub(crate) dialect: Dialect,
+    pub(crate) backend: Backend,
 }
 
 impl Store {
@@ -190,7 +233,8 @@ impl Store {
             .connect(&url)
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool, dialect: if sqlite { Dialect::Sqlite } else { Dialect::Postgres } })
+        let backend = if sqlite { Backend::Sqlite(SqliteWriter::open(&url)?) } else { Backend::Postgres };
+        Ok(Self { pool, backend })
     }
 
     /// Register an agent; returns its token, which is shown once and stored hashed.
