@@ -71,8 +71,19 @@ fn init_logging(format: LogFormat) -> wsync::LogLevelHandle {
     })
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before the runtime's threads: arenas are made per thread.
+    wsync::agent::memory::configure_allocator();
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match wsync::crd::crd_yaml() {

@@ -12,8 +12,32 @@ use std::sync::{Mutex, MutexGuard};
 struct Inner {
     /// The agent's own namespaces → the copied-pull-secrets record on each.
     namespaces: HashMap<String, Option<String>>,
-    /// (namespace, name) → (resourceVersion, members).
-    inventories: HashMap<(String, String), (String, BTreeSet<MemberRef>)>,
+    /// "namespace/name" → the inventory's resourceVersion and members. One per workspace, so
+    /// kept compact (BENCHMARKS.md, agent memory): three allocations, not the BTreeSet the
+    /// applier works with, whose single node holds eleven members of four strings each.
+    inventories: HashMap<Box<str>, CachedInventory>,
+}
+
+#[derive(Debug)]
+struct CachedInventory {
+    resource_version: Box<str>,
+    /// The members' inventory keys (`MemberRef::key`), one per line, in order.
+    members: Box<str>,
+}
+
+impl CachedInventory {
+    fn new(resource_version: &str, members: &BTreeSet<MemberRef>) -> Self {
+        let members: Vec<String> = members.iter().map(MemberRef::key).collect();
+        Self { resource_version: resource_version.into(), members: members.join("\n").into() }
+    }
+
+    fn members(&self) -> BTreeSet<MemberRef> {
+        self.members.lines().filter_map(MemberRef::parse).collect()
+    }
+}
+
+fn inventory_key(namespace: &str, name: &str) -> Box<str> {
+    format!("{namespace}/{name}").into()
 }
 
 #[derive(Debug, Default)]
@@ -38,7 +62,8 @@ impl ApplyCache {
     pub fn forget_namespace(&self, name: &str) {
         let mut inner = self.lock();
         inner.namespaces.remove(name);
-        inner.inventories.retain(|(namespace, _), _| namespace != name);
+        let prefix = format!("{name}/");
+        inner.inventories.retain(|key, _| !key.starts_with(&prefix));
     }
 
     pub fn replace_namespaces(&self, all: impl IntoIterator<Item = (String, Option<String>)>) {
@@ -47,30 +72,35 @@ impl ApplyCache {
 
     pub fn inventory(&self, namespace: &str, name: &str) -> Option<BTreeSet<MemberRef>> {
         let inner = self.lock();
-        inner.inventories.get(&(namespace.to_string(), name.to_string())).map(|(_, members)| members.clone())
+        inner.inventories.get(&inventory_key(namespace, name)).map(CachedInventory::members)
     }
 
     /// Record an inventory's members, unless the cache already holds a newer version.
     pub fn set_inventory(&self, namespace: &str, name: &str, resource_version: &str, members: BTreeSet<MemberRef>) {
         let mut inner = self.lock();
-        let key = (namespace.to_string(), name.to_string());
-        if let Some((current, _)) = inner.inventories.get(&key)
-            && is_older(resource_version, current)
+        let key = inventory_key(namespace, name);
+        if let Some(current) = inner.inventories.get(&key)
+            && is_older(resource_version, &current.resource_version)
         {
             return;
         }
-        inner.inventories.insert(key, (resource_version.to_string(), members));
+        inner.inventories.insert(key, CachedInventory::new(resource_version, &members));
     }
 
     pub fn forget_inventory(&self, namespace: &str, name: &str) {
-        self.lock().inventories.remove(&(namespace.to_string(), name.to_string()));
+        self.lock().inventories.remove(&inventory_key(namespace, name));
     }
 
     pub fn replace_inventories(
         &self,
         all: impl IntoIterator<Item = ((String, String), (String, BTreeSet<MemberRef>))>,
     ) {
-        self.lock().inventories = all.into_iter().collect();
+        self.lock().inventories = all
+            .into_iter()
+            .map(|((namespace, name), (resource_version, members))| {
+                (inventory_key(&namespace, &name), CachedInventory::new(&resource_version, &members))
+            })
+            .collect();
     }
 
     pub fn sizes(&self) -> (usize, usize) {
@@ -98,13 +128,38 @@ mod tests {
     }
 
     #[test]
+    fn cached_members_come_back_as_they_went_in() {
+        let cache = ApplyCache::default();
+        let members: BTreeSet<MemberRef> = [
+            member("ws"),
+            MemberRef {
+                namespace: "ns".into(),
+                name: "home".into(),
+                group: String::new(),
+                kind: "PersistentVolumeClaim".into(),
+            },
+            MemberRef {
+                namespace: String::new(),
+                name: "ws-reader".into(),
+                group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+            },
+        ]
+        .into();
+        cache.set_inventory("ns", "inv", "1", members.clone());
+        assert_eq!(cache.inventory("ns", "inv"), Some(members));
+    }
+
+    #[test]
     fn a_forgotten_namespace_takes_its_inventories_along() {
         let cache = ApplyCache::default();
         cache.set_own_namespace("ns", Some("default/regcred".into()));
         cache.set_inventory("ns", "inv", "1", [member("a")].into());
         assert_eq!(cache.own_namespace("ns"), Some(Some("default/regcred".into())));
+        cache.set_inventory("ns2", "inv", "1", [member("b")].into());
         cache.forget_namespace("ns");
         assert_eq!(cache.own_namespace("ns"), None);
         assert_eq!(cache.inventory("ns", "inv"), None);
+        assert!(cache.inventory("ns2", "inv").is_some(), "only that namespace's");
     }
 }

@@ -7,7 +7,7 @@ use super::index::SharedIndex;
 use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
 use super::slim::{InventoryConfigMap, WorkspaceDeployment, WorkspaceNamespace};
 use super::workspace::{DeploymentProjection, WorkspaceKey};
-use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec, WorkspaceSyncStatusStatus};
+use crate::crd::{WorkspaceSyncStatus, WorkspaceSyncStatusSpec};
 use crate::protocol::ImagePullSecret;
 use crate::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
@@ -115,13 +115,21 @@ impl Cluster {
         }
     }
 
-    /// Write the whole status under the agent's field manager.
-    pub async fn write_status(&self, status: &WorkspaceSyncStatusStatus) -> Result<()> {
-        let patch = serde_json::json!({
-            "apiVersion": WorkspaceSyncStatus::api_version(&()),
-            "kind": WorkspaceSyncStatus::kind(&()),
-            "status": status,
-        });
+    /// Server-side apply the whole status under the agent's field manager, given as its serialized JSON (rendered once, also to
+    /// compare with what was last written).
+    pub async fn write_status(&self, status: &serde_json::value::RawValue) -> Result<()> {
+        #[derive(Debug, serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct StatusPatch<'a> {
+            api_version: &'a str,
+            kind: &'a str,
+            status: &'a serde_json::value::RawValue,
+        }
+        let patch = StatusPatch {
+            api_version: &WorkspaceSyncStatus::api_version(&()),
+            kind: &WorkspaceSyncStatus::kind(&()),
+            status,
+        };
         let params = PatchParams::apply(&self.config.field_manager).force();
         self.ledger_api().patch_status(&self.config.agent_id, &params, &Patch::Apply(&patch)).await?;
         Ok(())

@@ -21,6 +21,7 @@ use crate::protocol::{ErrorType, UpdateType};
 use crate::{Error, Result};
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
@@ -52,9 +53,31 @@ struct SyncState {
     consecutive_failures: u32,
 }
 
+/// The status as last written: its serialized bytes, compared exactly before the next write
+/// (at 10,000 workspaces 340 KB in one allocation, where the parsed copy held every
+/// acknowledgement in a map again), and its conditions, whose transition times carry over.
+#[derive(Default)]
 struct Written {
-    status: Option<WorkspaceSyncStatusStatus>,
+    json: Option<Box<str>>,
+    conditions: Vec<Condition>,
+    truncated: bool,
     key: Option<super::ledger::RenderKey>,
+}
+
+impl Written {
+    fn of(status: Option<&WorkspaceSyncStatusStatus>) -> Self {
+        let Some(status) = status else { return Self::default() };
+        Self {
+            json: serde_json::to_string(status).ok().map(String::into_boxed_str),
+            conditions: status.conditions.clone(),
+            truncated: is_truncated(status),
+            key: None,
+        }
+    }
+}
+
+fn is_truncated(status: &WorkspaceSyncStatusStatus) -> bool {
+    status.conditions.iter().any(|c| c.type_ == CONDITION_LEDGER_TRUNCATED)
 }
 
 pub struct Context {
@@ -92,7 +115,7 @@ impl Context {
             apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             config,
             state: Mutex::new(SyncState { ledger, full_done: false, prerequisites: None, consecutive_failures: 0 }),
-            written: tokio::sync::Mutex::new(Written { status: written, key: None }),
+            written: tokio::sync::Mutex::new(Written::of(written.as_ref())),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),
             pull_secret_copies: Mutex::new(CopyTracker::default()),
@@ -125,33 +148,35 @@ impl Context {
         let (key, status) = {
             let state = self.state();
             let key = state.ledger.render_key(workspaces);
-            if written.status.is_some() && written.key.as_ref() == Some(&key) {
+            if written.json.is_some() && written.key.as_ref() == Some(&key) {
                 // Nothing the status shows has changed: no render, no write.
                 return Ok(());
             }
-            (key, state.ledger.to_status(workspaces, written.status.as_ref(), Timestamp::now()))
+            (key, state.ledger.to_status(workspaces, &written.conditions, Timestamp::now()))
         };
         self.metrics.pending_errors.set(status.pending_error_count as i64);
-        let truncated =
-            |s: &WorkspaceSyncStatusStatus| s.conditions.iter().any(|c| c.type_ == CONDITION_LEDGER_TRUNCATED);
-        if truncated(&status) && !written.status.as_ref().is_some_and(truncated) {
+        let truncated = is_truncated(&status);
+        if truncated && !written.truncated {
             tracing::warn!(
                 kept = status.pending_errors.len(),
                 pending = status.pending_error_count,
                 "too many pending errors for the WorkspaceSyncStatus: it keeps the newest; all are still reported"
             );
         }
-        if written.status.as_ref() != Some(&status) {
-            self.cluster.write_status(&status).await?;
-            written.status = Some(status);
+        let json = serde_json::value::to_raw_value(&status)?;
+        if written.json.as_deref() != Some(json.get()) {
+            self.cluster.write_status(&json).await?;
+            written.json = Some(json.get().into());
         }
+        written.conditions = status.conditions;
+        written.truncated = truncated;
         written.key = Some(key);
         Ok(())
     }
 
     /// Forget what was written, so that the next persist writes the whole status again.
     pub async fn forget_written(&self) {
-        *self.written.lock().await = Written { status: None, key: None };
+        *self.written.lock().await = Written::default();
     }
 
     /// Enforce the leading-edge gap between cycle starts.
@@ -242,7 +267,7 @@ async fn run_cycle(
     let plan = {
         let dirty = ctx.index.lock().dirty();
         let state = ctx.state();
-        cycle::plan(update_type, &dirty, &state.ledger, &namespace_gone)?
+        cycle::plan(update_type, &dirty, &state.ledger, &namespace_gone)
     };
     let sent = plan.request.workspace_agent_infos.len();
     ctx.metrics.workspaces_sent.observe(sent as f64);
@@ -255,12 +280,12 @@ async fn run_cycle(
         Err(other) => other.reason().to_string(),
     };
     ctx.metrics.control_plane_requests.get_or_create(&StatusLabel { status }).inc();
-    let response = response?;
+    let mut response = response?;
 
     let paused = wss.paused();
     let settled = {
         let mut state = ctx.state();
-        let settled = cycle::settle(&mut state.ledger, &plan, &response, paused);
+        let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused);
         if update_type == UpdateType::Full {
             let index = ctx.index.lock();
             cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response);
@@ -461,6 +486,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     // own status writes must not.
     let ledger_events = watcher(api, watcher::Config::default().fields(&format!("metadata.name={}", config.agent_id)))
         .default_backoff()
+        // The status is the ledger's durable copy (340 KB at 10,000 workspaces); the loop
+        // never reads it from the watch, so the reflector does not keep it.
+        .modify(|wss: &mut WorkspaceSyncStatus| wss.status = None)
         .reflect(writer)
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(_)) = event {

@@ -7,8 +7,8 @@ use super::errors::ApplyVersion;
 use super::ledger::Ledger;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
-    ActualState, DeploymentInfo, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse,
-    TerminationProgress, UpdateType, WorkspaceAgentInfo,
+    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress,
+    UpdateType, WorkspaceAgentInfo,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub fn plan(
     dirty: &[(WorkspaceKey, Arc<DeploymentProjection>)],
     ledger: &Ledger,
     namespace_gone: &HashSet<WorkspaceKey>,
-) -> Result<CyclePlan, serde_json::Error> {
+) -> CyclePlan {
     let mut infos: BTreeMap<WorkspaceKey, WorkspaceAgentInfo> = BTreeMap::new();
     fn entry<'a>(
         infos: &'a mut BTreeMap<WorkspaceKey, WorkspaceAgentInfo>,
@@ -42,7 +42,7 @@ pub fn plan(
     }
     for (key, deployment) in dirty {
         if ledger.acknowledged().get(key).map(String::as_str) != Some(deployment.resource_version()) {
-            entry(&mut infos, key).latest_k8s_deployment_info = Some(DeploymentInfo::of(deployment.as_ref())?);
+            entry(&mut infos, key).latest_k8s_deployment_info = Some(deployment.info().clone());
         }
     }
     for key in ledger.terminations().keys() {
@@ -59,10 +59,10 @@ pub fn plan(
             Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
         sent_errors.push((key.clone(), version));
     }
-    Ok(CyclePlan {
+    CyclePlan {
         request: ReconcileRequest { update_type, workspace_agent_infos: infos.into_values().collect() },
         sent_errors,
-    })
+    }
 }
 
 /// Work for the cluster, decided from one returned info.
@@ -83,8 +83,9 @@ pub struct Settled {
 }
 
 /// Apply the control plane's answer to the ledger, and decide the work it asks for.
-/// A paused agent records acknowledgements but applies and deletes nothing.
-pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &ReconcileResponse, paused: bool) -> Settled {
+/// A paused agent records acknowledgements but applies and deletes nothing. The configs move
+/// out of the answer into the actions (at 10,000 workspaces, 25 MB not held twice).
+pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &mut ReconcileResponse, paused: bool) -> Settled {
     let mut settled = Settled::default();
     if let Some(settings) = response.settings {
         match settings.validate() {
@@ -92,7 +93,7 @@ pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &ReconcileRespons
             Err(reason) => settled.rejected_settings = Some(reason),
         }
     }
-    for info in &response.workspace_rails_infos {
+    for info in &mut response.workspace_rails_infos {
         let key = WorkspaceKey::new(&info.namespace, &info.name);
         if let Some(rv) = &info.deployment_resource_version {
             ledger.acknowledged_mut().insert(key.clone(), rv.clone());
@@ -115,8 +116,8 @@ pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &ReconcileRespons
             let version = ledger.errors_mut().begin(&key);
             settled.actions.push(WorkspaceAction::Apply {
                 key,
-                config: info.config_to_apply.clone(),
-                image_pull_secrets: info.image_pull_secrets.clone(),
+                config: std::mem::take(&mut info.config_to_apply),
+                image_pull_secrets: std::mem::take(&mut info.image_pull_secrets),
                 version,
             });
         }

@@ -4,35 +4,60 @@
 //! A partial cycle reads only those, so an idle cycle is O(1) however many workspaces exist.
 
 use super::workspace::{DeploymentProjection, WorkspaceKey, is_older};
-use std::collections::{HashMap, HashSet};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 #[derive(Debug, Default)]
 pub struct WorkspaceIndex {
-    entries: HashMap<WorkspaceKey, Arc<DeploymentProjection>>,
+    entries: HashSet<Entry>,
     dirty: HashSet<WorkspaceKey>,
+}
+
+/// An index entry, found by the key it carries, so that no second copy of the key is kept.
+#[derive(Debug)]
+struct Entry(Arc<DeploymentProjection>);
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for Entry {}
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state);
+    }
+}
+
+impl Borrow<WorkspaceKey> for Entry {
+    fn borrow(&self) -> &WorkspaceKey {
+        self.0.key()
+    }
 }
 
 impl WorkspaceIndex {
     /// Insert or update one Deployment. Returns true when the index changed.
     pub fn upsert(&mut self, deployment: DeploymentProjection) -> bool {
-        let key = deployment.key();
-        if let Some(current) = self.entries.get(&key)
+        if let Some(current) = self.get(deployment.key())
             && (current.resource_version() == deployment.resource_version()
                 || is_older(deployment.resource_version(), current.resource_version()))
         {
             return false;
         }
-        self.entries.insert(key.clone(), Arc::new(deployment));
-        self.dirty.insert(key);
+        self.dirty.insert(deployment.key().clone());
+        self.entries.replace(Entry(Arc::new(deployment)));
         true
     }
 
     /// A deleted Deployment is no longer reported; the control plane learns of it otherwise.
     pub fn remove(&mut self, key: &WorkspaceKey) -> bool {
         self.dirty.remove(key);
-        self.entries.remove(key).is_some()
+        self.entries.remove(key)
     }
 
     /// Replace everything with a fresh LIST, as a restart would, and mark every entry dirty.
@@ -41,43 +66,46 @@ impl WorkspaceIndex {
         let mut previous = std::mem::take(&mut self.entries);
         self.dirty.clear();
         for deployment in listed {
-            let key = deployment.key();
-            let newest = match previous.remove(&key) {
-                Some(current) if is_older(deployment.resource_version(), current.resource_version()) => current,
-                _ => Arc::new(deployment),
+            let newest = match previous.take(deployment.key()) {
+                Some(current) if is_older(deployment.resource_version(), current.0.resource_version()) => current,
+                _ => Entry(Arc::new(deployment)),
             };
-            self.dirty.insert(key.clone());
-            self.entries.insert(key, newest);
+            self.dirty.insert(newest.0.key().clone());
+            self.entries.insert(newest);
         }
     }
 
     /// Keys changed since they were last acknowledged, in a stable order.
     pub fn dirty(&self) -> Vec<(WorkspaceKey, Arc<DeploymentProjection>)> {
         let mut dirty: Vec<_> =
-            self.dirty.iter().filter_map(|key| self.entries.get(key).map(|d| (key.clone(), d.clone()))).collect();
+            self.dirty.iter().filter_map(|key| self.get(key).map(|d| (key.clone(), d.clone()))).collect();
         dirty.sort_by(|a, b| a.0.cmp(&b.0));
         dirty
     }
 
     /// Forget a key's dirtiness once the control plane holds exactly this version.
     pub fn mark_clean_if(&mut self, key: &WorkspaceKey, acknowledged: &str) {
-        if self.entries.get(key).is_some_and(|d| d.resource_version() == acknowledged) {
+        if self.get(key).is_some_and(|d| d.resource_version() == acknowledged) {
             self.dirty.remove(key);
+            // After a full cycle every key was dirty; keep no table sized for all of them.
+            if self.dirty.len() * 4 < self.dirty.capacity() && self.dirty.capacity() > 64 {
+                self.dirty.shrink_to(self.dirty.len() * 2);
+            }
         }
     }
 
     pub fn mark_dirty(&mut self, key: &WorkspaceKey) {
-        if self.entries.contains_key(key) {
+        if self.entries.contains(key) {
             self.dirty.insert(key.clone());
         }
     }
 
     pub fn get(&self, key: &WorkspaceKey) -> Option<&Arc<DeploymentProjection>> {
-        self.entries.get(key)
+        self.entries.get(key).map(|entry| &entry.0)
     }
 
     pub fn contains(&self, key: &WorkspaceKey) -> bool {
-        self.entries.contains_key(key)
+        self.entries.contains(key)
     }
 
     pub fn len(&self) -> usize {
@@ -126,10 +154,10 @@ impl SharedIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::workspace::{ProjectedMeta, ProjectedSpec};
+    use crate::agent::workspace::{ProjectedDeployment, ProjectedMeta, ProjectedSpec};
 
     fn deployment(ns: &str, name: &str, rv: &str) -> DeploymentProjection {
-        DeploymentProjection {
+        DeploymentProjection::new(ProjectedDeployment {
             metadata: ProjectedMeta {
                 name: name.into(),
                 namespace: ns.into(),
@@ -141,7 +169,8 @@ mod tests {
             },
             spec: ProjectedSpec { replicas: Some(1) },
             status: None,
-        }
+        })
+        .unwrap()
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl Ledger {
     pub fn to_status(
         &self,
         workspaces: usize,
-        previous: Option<&WorkspaceSyncStatusStatus>,
+        previous_conditions: &[Condition],
         now: Timestamp,
     ) -> WorkspaceSyncStatusStatus {
         let mut messages: Vec<String> = Vec::new();
@@ -249,7 +249,6 @@ impl Ledger {
         } else {
             self.outcome.clone()
         };
-        let previous_conditions = previous.map(|p| p.conditions.as_slice()).unwrap_or_default();
         let mut conditions = vec![
             condition(CONDITION_READY, &ready, previous_conditions, now),
             condition(CONDITION_SYNCED, &self.outcome, previous_conditions, now),
@@ -345,7 +344,7 @@ mod tests {
             let message = format!("{i:04} {}", "x".repeat(1000));
             ledger.errors_mut().record(&key, version, Err((ErrorType::Applier, message)), at(i));
         }
-        let status = ledger.to_status(1500, None, at(2000));
+        let status = ledger.to_status(1500, &[], at(2000));
         let bytes = serde_json::to_vec(&status).expect("json").len();
         assert!(bytes < 1024 * 1024, "{bytes} bytes");
         assert_eq!(status.pending_error_count, 1500, "the count still says how many are pending");
@@ -361,7 +360,7 @@ mod tests {
         let key = WorkspaceKey::new("ns", "ws");
         let version = calm.errors_mut().begin(&key);
         calm.errors_mut().record(&key, version, Err((ErrorType::Applier, "bad".into())), at(0));
-        let status = calm.to_status(1, None, at(1));
+        let status = calm.to_status(1, &[], at(1));
         assert!(status.conditions.iter().all(|c| c.type_ != CONDITION_LEDGER_TRUNCATED));
     }
     use crate::protocol::ErrorType;
@@ -416,7 +415,7 @@ mod tests {
             let v = ledger.errors_mut().begin(&key);
             ledger.errors_mut().record(&key, v, Err((ErrorType::Applier, "same template error".into())), at(0));
         }
-        let status = ledger.to_status(3, None, at(0));
+        let status = ledger.to_status(3, &[], at(0));
         assert_eq!(status.error_messages, vec!["same template error".to_string()]);
         assert_eq!(status.pending_error_count, 3);
 
@@ -443,8 +442,8 @@ mod tests {
     fn unchanged_ledger_renders_identically() {
         let mut ledger = Ledger::restore(None);
         ledger.cycle_succeeded(UpdateType::Full, at(0), None);
-        let first = ledger.to_status(0, None, at(0));
-        let second = ledger.to_status(0, Some(&first), at(50));
+        let first = ledger.to_status(0, &[], at(0));
+        let second = ledger.to_status(0, &first.conditions, at(50));
         assert_eq!(first, second);
     }
 }

@@ -6,6 +6,27 @@
 //! (BENCHMARKS.md: heaptrack showed a 4 MB live heap at 1,000 workspaces under a 40 MB RSS).
 //! `malloc_trim` returns every free page of every arena, not only the top of the heap.
 
+/// Set glibc malloc up for a long-lived process with a big, bursty heap. Call it before any
+/// thread starts.
+/// - Two arenas, not eight per core: each arena keeps its own free pages, and the pages a full
+///   cycle's worker threads leave in theirs are where the RSS above the live heap was
+///   (BENCHMARKS.md: 9.4 → 7.4 KB per workspace at 10,000 with this alone).
+/// - A fixed mmap threshold: blocks from 128 KiB up (LIST pages, a full sync's request and
+///   answer) are mapped and unmapped whole. glibc's default raises the threshold after each
+///   such free, after which they land in the heap and fragment it.
+/// Explicit `GLIBC_TUNABLES` win: then nothing is changed.
+pub fn configure_allocator() {
+    if std::env::var_os("GLIBC_TUNABLES").is_some() {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
 /// Cycles that start this many applies, and every full cycle, trim when they finish.
 pub const TRIM_AFTER_ACTIONS: usize = 64;
 

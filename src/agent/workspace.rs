@@ -1,6 +1,7 @@
 //! What the agent knows about one workspace's Deployment: a small projection, not the object.
 
 use super::slim::WorkspaceDeployment;
+use crate::protocol::DeploymentInfo;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DeploymentStatus;
 use serde::Serialize;
@@ -32,10 +33,20 @@ impl fmt::Display for WorkspaceKey {
     }
 }
 
-/// The parts of a Deployment that the control plane reads. It is what the index holds and what
-/// goes out as `latest_k8s_deployment_info`; `managedFields` and the pod template stay behind.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The parts of a Deployment that the control plane reads (DESIGN §2): what the index holds
+/// and what goes out as `latest_k8s_deployment_info`; `managedFields` and the pod template stay
+/// behind. Held as the JSON it is sent as: one allocation per workspace, where the parsed
+/// maps and status took a dozen (BENCHMARKS.md, agent memory).
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeploymentProjection {
+    key: WorkspaceKey,
+    resource_version: Box<str>,
+    info: DeploymentInfo,
+}
+
+/// The projection's shape, as serialized.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProjectedDeployment {
     pub metadata: ProjectedMeta,
     pub spec: ProjectedSpec,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,7 +79,7 @@ impl DeploymentProjection {
     /// None for an object without name, namespace or resourceVersion: nothing a watch returns.
     pub fn from_deployment(deployment: WorkspaceDeployment) -> Option<Self> {
         let meta = deployment.metadata;
-        Some(Self {
+        Self::new(ProjectedDeployment {
             metadata: ProjectedMeta {
                 name: meta.name?,
                 namespace: meta.namespace?,
@@ -83,12 +94,30 @@ impl DeploymentProjection {
         })
     }
 
-    pub fn key(&self) -> WorkspaceKey {
-        WorkspaceKey::new(&self.metadata.namespace, &self.metadata.name)
+    /// None only if it cannot be serialized, which plain strings and numbers always can.
+    pub fn new(projected: ProjectedDeployment) -> Option<Self> {
+        let info = DeploymentInfo::of(&projected)
+            .inspect_err(|error| tracing::warn!(%error, "a Deployment could not be serialized; skipped"))
+            .ok()?;
+        let meta = projected.metadata;
+        Some(Self {
+            key: WorkspaceKey::new(meta.namespace, meta.name),
+            resource_version: meta.resource_version.into_boxed_str(),
+            info,
+        })
+    }
+
+    pub fn key(&self) -> &WorkspaceKey {
+        &self.key
     }
 
     pub fn resource_version(&self) -> &str {
-        &self.metadata.resource_version
+        &self.resource_version
+    }
+
+    /// What is sent as `latest_k8s_deployment_info`.
+    pub fn info(&self) -> &DeploymentInfo {
+        &self.info
     }
 }
 
@@ -123,7 +152,7 @@ mod tests {
             status: Some(DeploymentStatus { ready_replicas: Some(1), ..Default::default() }),
         };
         let projection = DeploymentProjection::from_deployment(deployment).unwrap();
-        let json = serde_json::to_value(&projection).unwrap();
+        let json = projection.info().to_value();
         assert_eq!(
             json,
             serde_json::json!({

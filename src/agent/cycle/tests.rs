@@ -1,10 +1,10 @@
 use super::*;
-use crate::agent::workspace::{ProjectedMeta, ProjectedSpec};
+use crate::agent::workspace::{ProjectedDeployment, ProjectedMeta, ProjectedSpec};
 use crate::protocol::{ErrorType, Settings, WorkspaceRailsInfo};
 use jiff::Timestamp;
 
 fn deployment(ns: &str, name: &str, rv: &str) -> (WorkspaceKey, Arc<DeploymentProjection>) {
-    let d = DeploymentProjection {
+    let d = DeploymentProjection::new(ProjectedDeployment {
         metadata: ProjectedMeta {
             name: name.into(),
             namespace: ns.into(),
@@ -16,8 +16,9 @@ fn deployment(ns: &str, name: &str, rv: &str) -> (WorkspaceKey, Arc<DeploymentPr
         },
         spec: ProjectedSpec { replicas: Some(1) },
         status: None,
-    };
-    (d.key(), Arc::new(d))
+    })
+    .unwrap();
+    (d.key().clone(), Arc::new(d))
 }
 
 fn rails(
@@ -51,7 +52,7 @@ fn sends_only_deployments_whose_version_is_not_acknowledged() {
     let dirty = vec![deployment("a", "acked", "5"), deployment("b", "changed", "7")];
     ledger.acknowledged_mut().insert(WorkspaceKey::new("a", "acked"), "5".into());
     ledger.acknowledged_mut().insert(WorkspaceKey::new("b", "changed"), "6".into());
-    let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new()).unwrap();
+    let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
     let names: Vec<_> = plan.request.workspace_agent_infos.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["changed"]);
     let info = &plan.request.workspace_agent_infos[0];
@@ -61,7 +62,7 @@ fn sends_only_deployments_whose_version_is_not_acknowledged() {
 #[test]
 fn idle_cycle_sends_nothing() {
     let ledger = Ledger::restore(None);
-    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     assert!(plan.request.workspace_agent_infos.is_empty());
     assert_eq!(
         serde_json::to_string(&plan.request).unwrap(),
@@ -77,7 +78,7 @@ fn terminations_and_errors_merge_into_one_info_per_workspace() {
     ledger.terminations_mut().insert(ws.clone(), TerminationProgress::Terminating);
     ledger.terminations_mut().insert(gone.clone(), TerminationProgress::Terminating);
     let version = fail(&mut ledger, &ws, "boom");
-    let plan = plan(UpdateType::Partial, &[deployment("ns", "ws", "3")], &ledger, &HashSet::from([gone])).unwrap();
+    let plan = plan(UpdateType::Partial, &[deployment("ns", "ws", "3")], &ledger, &HashSet::from([gone]));
     let infos = &plan.request.workspace_agent_infos;
     assert_eq!(infos.len(), 2);
     let ws_info = infos.iter().find(|i| i.name == "ws").unwrap();
@@ -93,15 +94,15 @@ fn terminations_and_errors_merge_into_one_info_per_workspace() {
 fn in_flight_applies_are_not_sent() {
     let mut ledger = Ledger::restore(None);
     ledger.errors_mut().begin(&WorkspaceKey::new("ns", "ws"));
-    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     assert!(plan.request.workspace_agent_infos.is_empty());
 }
 
 #[test]
 fn settle_acknowledges_and_schedules_applies() {
     let mut ledger = Ledger::restore(None);
-    let plan = plan(UpdateType::Full, &[deployment("ns", "ws", "3")], &ledger, &HashSet::new()).unwrap();
-    let response = ReconcileResponse {
+    let plan = plan(UpdateType::Full, &[deployment("ns", "ws", "3")], &ledger, &HashSet::new());
+    let mut response = ReconcileResponse {
         workspace_rails_infos: vec![
             rails("ns", "ws", DesiredState::Running, ActualState::Running, Some("3"), "kind: ConfigMap"),
             rails("ns", "quiet", DesiredState::Running, ActualState::Running, Some("9"), ""),
@@ -111,7 +112,7 @@ fn settle_acknowledges_and_schedules_applies() {
             partial_reconciliation_interval_seconds: 2,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &response, false);
+    let settled = settle(&mut ledger, &plan, &mut response, false);
     assert_eq!(ledger.acknowledged().get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
@@ -123,15 +124,15 @@ fn settle_acknowledges_and_schedules_applies() {
 #[test]
 fn invalid_settings_keep_the_last_good_ones() {
     let mut ledger = Ledger::restore(None);
-    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new()).unwrap();
-    let response = ReconcileResponse {
+    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new());
+    let mut response = ReconcileResponse {
         workspace_rails_infos: vec![],
         settings: Some(Settings {
             full_reconciliation_interval_seconds: 5,
             partial_reconciliation_interval_seconds: 10,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &response, false);
+    let settled = settle(&mut ledger, &plan, &mut response, false);
     assert!(settled.rejected_settings.is_some());
     assert_eq!(ledger.settings, Settings::default());
 }
@@ -141,20 +142,20 @@ fn errors_clear_only_under_the_sent_version() {
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
     fail(&mut ledger, &key, "first");
-    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     // While the request is out, a newer apply fails too.
     fail(&mut ledger, &key, "second");
-    let response = ReconcileResponse {
+    let mut response = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Running, ActualState::Error, None, "")],
         settings: None,
     };
-    settle(&mut ledger, &plan, &response, false);
+    settle(&mut ledger, &plan, &mut response, false);
     let pending = ledger.errors().pending();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].2.message, "second");
 
-    let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
-    settle(&mut ledger, &plan, &response, false);
+    let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    settle(&mut ledger, &plan, &mut response, false);
     assert_eq!(ledger.errors().pending_count(), 0);
 }
 
@@ -163,8 +164,8 @@ fn an_error_the_control_plane_does_not_return_stays_pending() {
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
     fail(&mut ledger, &key, "boom");
-    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
-    settle(&mut ledger, &plan, &ReconcileResponse::default(), false);
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    settle(&mut ledger, &plan, &mut ReconcileResponse::default(), false);
     assert_eq!(ledger.errors().pending_count(), 1);
 }
 
@@ -172,20 +173,20 @@ fn an_error_the_control_plane_does_not_return_stays_pending() {
 fn termination_is_tracked_then_forgotten() {
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
-    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new()).unwrap();
-    let terminating = ReconcileResponse {
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    let mut terminating = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Running, None, "x")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &terminating, false);
+    let settled = settle(&mut ledger, &plan, &mut terminating, false);
     assert_eq!(settled.actions, vec![WorkspaceAction::Terminate { key: key.clone() }]);
     assert_eq!(ledger.terminations().get(&key), Some(&TerminationProgress::Terminating));
 
-    let terminated = ReconcileResponse {
+    let mut terminated = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Terminated, None, "")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &terminated, false);
+    let settled = settle(&mut ledger, &plan, &mut terminated, false);
     assert_eq!(settled.forgotten, vec![key.clone()]);
     assert!(ledger.terminations().is_empty());
 }
@@ -193,15 +194,15 @@ fn termination_is_tracked_then_forgotten() {
 #[test]
 fn paused_agent_records_but_does_nothing() {
     let mut ledger = Ledger::restore(None);
-    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new()).unwrap();
-    let response = ReconcileResponse {
+    let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new());
+    let mut response = ReconcileResponse {
         workspace_rails_infos: vec![
             rails("ns", "a", DesiredState::Running, ActualState::Running, Some("1"), "kind: X"),
             rails("ns", "b", DesiredState::Terminated, ActualState::Running, None, ""),
         ],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &response, true);
+    let settled = settle(&mut ledger, &plan, &mut response, true);
     assert!(settled.actions.is_empty());
     assert_eq!(settled.acknowledged.len(), 1);
 }
