@@ -7,6 +7,9 @@ use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser, Debug)]
 #[command(name = "wsync", version, about = "Keeps cloud development workspaces in step with a control plane")]

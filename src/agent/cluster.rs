@@ -418,7 +418,7 @@ impl Cluster {
         let related = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Namespace".into()),
-            name: Some(workspace.namespace.clone()),
+            name: Some(workspace.namespace().to_string()),
             ..Default::default()
         };
         let event = Event {
@@ -446,13 +446,13 @@ impl Cluster {
 
     /// A workspace Deployment's reference, with its uid, if it exists.
     pub async fn deployment_reference(&self, key: &WorkspaceKey) -> Option<ObjectReference> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace);
-        let deployment = api.get_opt(&key.name).await.ok()??;
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace());
+        let deployment = api.get_opt(&key.name()).await.ok()??;
         Some(ObjectReference {
             api_version: Some("apps/v1".into()),
             kind: Some("Deployment".into()),
-            name: Some(key.name.clone()),
-            namespace: Some(key.namespace.clone()),
+            name: Some(key.name().to_string()),
+            namespace: Some(key.namespace().to_string()),
             uid: deployment.metadata.uid,
             ..Default::default()
         })

@@ -332,7 +332,7 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
-        if !ctx.cluster.namespace_exists(&key.namespace).await? {
+        if !ctx.cluster.namespace_exists(&key.namespace()).await? {
             gone.insert(key);
         }
     }
@@ -376,7 +376,7 @@ async fn run_action(ctx: Arc<Context>, action: WorkspaceAction) {
             if let Err((error_type, message)) =
                 applier::terminate_workspace(&ctx.cluster, &ctx.config.policy, &key).await
             {
-                tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "termination failed");
+                tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), %message, "termination failed");
                 ctx.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
                 persist_logged(&ctx).await;
                 emit_failure_event(&ctx, &key, "TerminationFailed", "Terminate", &message).await;
@@ -402,15 +402,15 @@ async fn refresh_pull_secret_copies(ctx: &Arc<Context>) {
         let stale = ctx.pull_secret_copies().stale_holders(&source, rv.as_deref());
         for key in stale {
             let result = match &current {
-                Some(secret) => applier::copy_pull_secret(&ctx.cluster, secret, &source, &key.namespace).await,
+                Some(secret) => applier::copy_pull_secret(&ctx.cluster, secret, &source, &key.namespace()).await,
                 None => Err((ErrorType::Kubernetes, format!("image pull secret {reference} does not exist"))),
             };
             match result {
                 Ok(()) => {
-                    tracing::info!(source = %reference, namespace = %key.namespace, "copied a changed image pull secret again")
+                    tracing::info!(source = %reference, namespace = %key.namespace(), "copied a changed image pull secret again")
                 }
                 Err((error_type, message)) => {
-                    tracing::warn!(workspace = %key.name, namespace = %key.namespace, %message, "image pull secret copy failed");
+                    tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), %message, "image pull secret copy failed");
                     ctx.state().ledger.errors_mut().fail_now(&key, error_type, &message, Timestamp::now());
                     emit_failure_event(ctx, &key, "ApplyFailed", "CopyPullSecret", &message).await;
                 }
@@ -437,7 +437,7 @@ async fn emit_failure_event(ctx: &Context, key: &WorkspaceKey, reason: &str, act
 async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVersion, result: Result<(), ApplyError>) {
     let failure = result.as_ref().err().map(|(_, message)| message.clone());
     if let Some(message) = &failure {
-        tracing::warn!(workspace = %key.name, namespace = %key.namespace, %version, %message, "apply failed");
+        tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), %version, %message, "apply failed");
     }
     let recorded = ctx.state().ledger.errors_mut().record(key, version, result, Timestamp::now());
     let outcome = match recorded {

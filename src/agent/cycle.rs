@@ -35,8 +35,8 @@ pub fn plan(
         key: &WorkspaceKey,
     ) -> &'a mut WorkspaceAgentInfo {
         infos.entry(key.clone()).or_insert_with(|| WorkspaceAgentInfo {
-            name: key.name.clone(),
-            namespace: key.namespace.clone(),
+            name: key.name().to_string(),
+            namespace: key.namespace().to_string(),
             ..Default::default()
         })
     }

@@ -288,7 +288,7 @@ impl Ledger {
         &self,
         mut pending: Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)>,
     ) -> Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)> {
-        let key_bytes = |key: &WorkspaceKey| key.namespace.len() + key.name.len() + 8;
+        let key_bytes = |key: &WorkspaceKey| key.namespace().len() + key.name().len() + 8;
         let fixed = 4096
             + self.acknowledged.iter().map(|(key, rv)| key_bytes(key) + rv.len() + 4).sum::<usize>()
             + self.terminations.keys().map(|key| key_bytes(key) + 16).sum::<usize>();

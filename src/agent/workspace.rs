@@ -8,16 +8,20 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// A workspace is identified by its namespace and name, as on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A workspace is identified by its namespace and name, as on the wire. Held as one
+/// `namespace/name` string: every map of per-workspace state holds a key, and one allocation
+/// per key instead of two is part of the agent's memory budget (BENCHMARKS.md).
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct WorkspaceKey {
-    pub namespace: String,
-    pub name: String,
+    text: Box<str>,
+    /// Where the namespace ends in `text`.
+    split: usize,
 }
 
 impl WorkspaceKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into() }
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        let namespace = namespace.as_ref();
+        Self { text: format!("{namespace}/{}", name.as_ref()).into(), split: namespace.len() }
     }
 
     /// Parse the ledger's `"<namespace>/<name>"` form.
@@ -25,11 +29,38 @@ impl WorkspaceKey {
         let (namespace, name) = s.split_once('/')?;
         (!name.is_empty()).then(|| Self::new(namespace, name))
     }
+
+    pub fn namespace(&self) -> &str {
+        &self.text[..self.split]
+    }
+
+    pub fn name(&self) -> &str {
+        &self.text[self.split + 1..]
+    }
+}
+
+/// By namespace, then name, as the pair would order.
+impl Ord for WorkspaceKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.namespace(), self.name()).cmp(&(other.namespace(), other.name()))
+    }
+}
+
+impl PartialOrd for WorkspaceKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Debug for WorkspaceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WorkspaceKey({:?})", self.text)
+    }
 }
 
 impl fmt::Display for WorkspaceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        f.write_str(&self.text)
     }
 }
 
@@ -101,7 +132,7 @@ impl DeploymentProjection {
             .ok()?;
         let meta = projected.metadata;
         Some(Self {
-            key: WorkspaceKey::new(meta.namespace, meta.name),
+            key: WorkspaceKey::new(&meta.namespace, &meta.name),
             resource_version: meta.resource_version.into_boxed_str(),
             info,
         })
@@ -167,8 +198,11 @@ mod tests {
     #[test]
     fn keys_round_trip_through_the_ledger_form() {
         let key = WorkspaceKey::new("ns", "ws");
-        assert_eq!(WorkspaceKey::parse(&key.to_string()), Some(key));
+        assert_eq!(WorkspaceKey::parse(&key.to_string()), Some(key.clone()));
         assert_eq!(WorkspaceKey::parse("no-slash"), None);
+        assert_eq!((key.namespace(), key.name()), ("ns", "ws"));
+        // Ordered as the (namespace, name) pair, not as the joined text ('-' sorts before '/').
+        assert!(WorkspaceKey::new("a", "z") < WorkspaceKey::new("a-b", "c"));
     }
 
     #[test]

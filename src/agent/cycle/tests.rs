@@ -221,6 +221,6 @@ fn full_cycle_prunes_what_nobody_knows() {
         settings: None,
     };
     prune_unknown(&mut ledger, |k| *k == in_cluster, &response);
-    let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _, _)| k.name.clone()).collect();
+    let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _, _)| k.name().to_string()).collect();
     assert_eq!(left, ["in-cluster", "returned"]);
 }
