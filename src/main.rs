@@ -3,13 +3,19 @@ use std::process::ExitCode;
 use wsync::agent::AgentArgs;
 use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
 
-/// Opt-in (`--features mimalloc`), for control-plane deployments; see Cargo.toml.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// jemalloc unless built with `--no-default-features` (Cargo.toml, BENCHMARKS.md). Its own
+/// thread returns freed pages to the OS a second after they are freed.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read before `main`.
+#[cfg(feature = "jemalloc")]
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static malloc_conf: Option<&'static std::ffi::c_char> =
+    // SAFETY: a pointer to a NUL-terminated static string, as jemalloc expects.
+    Some(unsafe { &*c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr() });
 
 #[derive(Parser, Debug)]
 #[command(name = "wsync", version, about = "Keeps cloud development workspaces in step with a control plane")]

@@ -16,10 +16,7 @@ mod workload;
 use std::time::Duration;
 
 /// The control-plane figures run the router in this process, so they follow the allocator the
-/// `wsync` binary is built with (`--features mimalloc`).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// `wsync` binary is built with.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -99,7 +96,7 @@ fn machine() -> Vec<(String, String)> {
                 "{} (debug assertions: {}, allocator: {})",
                 env!("CARGO_PKG_VERSION"),
                 cfg!(debug_assertions),
-                if cfg!(feature = "mimalloc") { "mimalloc" } else { "glibc malloc + malloc_trim" }
+                if cfg!(feature = "jemalloc") { "jemalloc" } else { "system malloc (glibc: malloc_trim)" }
             ),
         ),
     ]
