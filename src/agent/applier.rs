@@ -34,14 +34,14 @@ pub async fn apply_workspace(
     let applier = |message: String| (ErrorType::Applier, message);
     let objects = crate::yaml::parse_objects(config).map_err(|e| applier(e.to_string()))?;
     let scopes = resolve_scopes(cluster, &objects).await.map_err(applier)?;
-    let inventories = apply_plan::plan(objects, &key.namespace(), policy, |gvk| {
+    let inventories = apply_plan::plan(objects, key.namespace(), policy, |gvk| {
         scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
     })
     .map_err(applier)?;
     let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(applier)?;
-    let copied = ensure_own_namespace(cluster, policy, &key.namespace()).await?;
+    let copied = ensure_own_namespace(cluster, policy, key.namespace()).await?;
     // Before the config, so that the first Pod can pull its image.
-    let pull_secrets = sync_pull_secrets(cluster, &key.namespace(), &copy_plan.wanted, &copied).await?;
+    let pull_secrets = sync_pull_secrets(cluster, key.namespace(), &copy_plan.wanted, &copied).await?;
     for inventory in &inventories {
         apply_inventory(cluster, inventory).await.map_err(applier)?;
     }
@@ -221,7 +221,7 @@ pub async fn terminate_workspace(
     policy: &ApplyPolicy,
     key: &WorkspaceKey,
 ) -> Result<(), ApplyError> {
-    let namespace = &key.namespace();
+    let namespace = key.namespace();
     match namespace_ownership(cluster, policy, namespace).await? {
         Namespace::Missing => Ok(()),
         Namespace::Ours(_) => cluster

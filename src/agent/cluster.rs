@@ -446,8 +446,8 @@ impl Cluster {
 
     /// A workspace Deployment's reference, with its uid, if it exists.
     pub async fn deployment_reference(&self, key: &WorkspaceKey) -> Option<ObjectReference> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace());
-        let deployment = api.get_opt(&key.name()).await.ok()??;
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), key.namespace());
+        let deployment = api.get_opt(key.name()).await.ok()??;
         Some(ObjectReference {
             api_version: Some("apps/v1".into()),
             kind: Some("Deployment".into()),

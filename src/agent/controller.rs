@@ -332,7 +332,7 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
-        if !ctx.cluster.namespace_exists(&key.namespace()).await? {
+        if !ctx.cluster.namespace_exists(key.namespace()).await? {
             gone.insert(key);
         }
     }
@@ -402,7 +402,7 @@ async fn refresh_pull_secret_copies(ctx: &Arc<Context>) {
         let stale = ctx.pull_secret_copies().stale_holders(&source, rv.as_deref());
         for key in stale {
             let result = match &current {
-                Some(secret) => applier::copy_pull_secret(&ctx.cluster, secret, &source, &key.namespace()).await,
+                Some(secret) => applier::copy_pull_secret(&ctx.cluster, secret, &source, key.namespace()).await,
                 None => Err((ErrorType::Kubernetes, format!("image pull secret {reference} does not exist"))),
             };
             match result {
