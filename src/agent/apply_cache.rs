@@ -103,6 +103,22 @@ impl ApplyCache {
             .collect();
     }
 
+    /// Copy the cached inventories into fresh allocations, as `WorkspaceIndex::compact` does.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        inner.inventories = inner
+            .inventories
+            .iter()
+            .map(|(key, cached)| {
+                let copy = CachedInventory {
+                    resource_version: cached.resource_version.clone(),
+                    members: cached.members.clone(),
+                };
+                (key.clone(), copy)
+            })
+            .collect();
+    }
+
     pub fn sizes(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.namespaces.len(), inner.inventories.len())
@@ -148,6 +164,17 @@ mod tests {
         .into();
         cache.set_inventory("ns", "inv", "1", members.clone());
         assert_eq!(cache.inventory("ns", "inv"), Some(members));
+    }
+
+    #[test]
+    fn compaction_keeps_the_inventories() {
+        let cache = ApplyCache::default();
+        cache.set_inventory("ns", "inv", "7", [member("a"), member("b")].into());
+        cache.compact();
+        assert_eq!(cache.inventory("ns", "inv"), Some([member("a"), member("b")].into()));
+        cache.set_inventory("ns", "inv", "6", BTreeSet::new());
+        assert_eq!(cache.sizes().1, 1);
+        assert_eq!(cache.inventory("ns", "inv"), Some([member("a"), member("b")].into()), "the version came along");
     }
 
     #[test]

@@ -312,6 +312,11 @@ impl Cluster {
         Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
     }
 
+    /// See `WorkspaceIndex::compact`.
+    pub fn compact_caches(&self) {
+        self.cache.compact();
+    }
+
     /// The applier wrote this inventory: the next apply starts from it.
     pub fn remember_inventory(
         &self,

@@ -340,11 +340,12 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
 }
 
 /// Run a cycle's actions with bounded concurrency from one task, so that only as many apply
-/// futures exist as run at once; then `trim` the heap (at once when there is nothing to run).
+/// futures exist as run at once; then, if `trim`, release the cycle's memory (at once when
+/// there is nothing to run).
 fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) {
     if actions.is_empty() {
         if trim {
-            memory::release_free_memory();
+            release_memory(ctx);
         }
         return;
     }
@@ -353,10 +354,19 @@ fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) 
     let task = async move {
         futures::stream::iter(actions).for_each_concurrent(limit, |action| run_action(ctx2.clone(), action)).await;
         if trim {
-            memory::release_free_memory();
+            release_memory(&ctx2);
         }
     };
     ctx.applies.lock().unwrap_or_else(|p| p.into_inner()).spawn(task.in_current_span());
+}
+
+/// After a big cycle: pack the long-lived per-workspace state into fresh allocations, then
+/// hand the freed memory back (src/agent/memory.rs).
+fn release_memory(ctx: &Context) {
+    ctx.index.lock().compact();
+    ctx.state().ledger.compact();
+    ctx.cluster.compact_caches();
+    memory::release_free_memory();
 }
 
 /// One workspace's apply or termination. The shared slots cap applies across cycles.

@@ -119,6 +119,12 @@ impl Ledger {
         &self.acknowledged
     }
 
+    /// Copy the acknowledgements into fresh allocations, as `WorkspaceIndex::compact` does.
+    /// The content is unchanged, so the revision stays.
+    pub fn compact(&mut self) {
+        self.acknowledged = self.acknowledged.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    }
+
     pub fn acknowledged_mut(&mut self) -> &mut HashMap<WorkspaceKey, String> {
         self.revision += 1;
         &mut self.acknowledged
