@@ -18,7 +18,7 @@ struct Inner {
     inventories: HashMap<Box<str>, CachedInventory>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct CachedInventory {
     resource_version: Box<str>,
     /// The members' inventory keys (`MemberRef::key`), one per line, in order.
@@ -106,17 +106,7 @@ impl ApplyCache {
     /// Copy the cached inventories into fresh allocations, as `WorkspaceIndex::compact` does.
     pub fn compact(&self) {
         let mut inner = self.lock();
-        inner.inventories = inner
-            .inventories
-            .iter()
-            .map(|(key, cached)| {
-                let copy = CachedInventory {
-                    resource_version: cached.resource_version.clone(),
-                    members: cached.members.clone(),
-                };
-                (key.clone(), copy)
-            })
-            .collect();
+        inner.inventories = inner.inventories.iter().map(|(key, cached)| (key.clone(), cached.clone())).collect();
     }
 
     pub fn sizes(&self) -> (usize, usize) {

@@ -115,8 +115,8 @@ impl Cluster {
         }
     }
 
-    /// Server-side apply the whole status under the agent's field manager, given as its serialized JSON (rendered once, also to
-    /// compare with what was last written).
+    /// Server-side apply the whole status under the agent's field manager, given as its
+    /// serialized JSON (rendered once, also to compare with what was last written).
     pub async fn write_status(&self, status: &serde_json::value::RawValue) -> Result<()> {
         #[derive(Debug, serde::Serialize)]
         #[serde(rename_all = "camelCase")]

@@ -60,7 +60,6 @@ struct SyncState {
 struct Written {
     json: Option<Box<str>>,
     conditions: Vec<Condition>,
-    truncated: bool,
     key: Option<super::ledger::RenderKey>,
 }
 
@@ -70,14 +69,13 @@ impl Written {
         Self {
             json: serde_json::to_string(status).ok().map(String::into_boxed_str),
             conditions: status.conditions.clone(),
-            truncated: is_truncated(status),
             key: None,
         }
     }
 }
 
-fn is_truncated(status: &WorkspaceSyncStatusStatus) -> bool {
-    status.conditions.iter().any(|c| c.type_ == CONDITION_LEDGER_TRUNCATED)
+fn is_truncated(conditions: &[Condition]) -> bool {
+    conditions.iter().any(|c| c.type_ == CONDITION_LEDGER_TRUNCATED)
 }
 
 pub struct Context {
@@ -155,8 +153,7 @@ impl Context {
             (key, state.ledger.to_status(workspaces, &written.conditions, Timestamp::now()))
         };
         self.metrics.pending_errors.set(status.pending_error_count as i64);
-        let truncated = is_truncated(&status);
-        if truncated && !written.truncated {
+        if is_truncated(&status.conditions) && !is_truncated(&written.conditions) {
             tracing::warn!(
                 kept = status.pending_errors.len(),
                 pending = status.pending_error_count,
@@ -169,7 +166,6 @@ impl Context {
             written.json = Some(json.get().into());
         }
         written.conditions = status.conditions;
-        written.truncated = truncated;
         written.key = Some(key);
         Ok(())
     }

@@ -86,14 +86,6 @@ pub struct ErrorTracker {
     next_sequence: u64,
 }
 
-/// A map that held every workspace for a full cycle keeps its table when emptied: at 10,000
-/// workspaces ~1 MB. Halving it once it is a quarter full costs O(n) over the whole drain.
-fn shrink_drained<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(map: &mut HashMap<K, V, S>) {
-    if map.len() * 4 < map.capacity() && map.capacity() > 64 {
-        map.shrink_to(map.len() * 2);
-    }
-}
-
 /// Cut a message to the cap on a character boundary, saying that it was cut.
 pub fn cap_message(message: &str) -> String {
     cap_message_to(message, MAX_MESSAGE_BYTES)
@@ -155,7 +147,9 @@ impl ErrorTracker {
         match result {
             Ok(()) => {
                 self.entries.remove(key);
-                shrink_drained(&mut self.entries);
+                if let Some(capacity) = super::memory::drained_capacity(self.entries.len(), self.entries.capacity()) {
+                    self.entries.shrink_to(capacity);
+                }
                 if after_failure { Recorded::Recovered } else { Recorded::Healthy }
             }
             Err((error_type, message)) => {

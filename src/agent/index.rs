@@ -88,8 +88,8 @@ impl WorkspaceIndex {
         if self.get(key).is_some_and(|d| d.resource_version() == acknowledged) {
             self.dirty.remove(key);
             // After a full cycle every key was dirty; keep no table sized for all of them.
-            if self.dirty.len() * 4 < self.dirty.capacity() && self.dirty.capacity() > 64 {
-                self.dirty.shrink_to(self.dirty.len() * 2);
+            if let Some(capacity) = super::memory::drained_capacity(self.dirty.len(), self.dirty.capacity()) {
+                self.dirty.shrink_to(capacity);
             }
         }
     }

@@ -13,6 +13,13 @@
 /// Cycles that start this many applies, and every full cycle, release memory when they finish.
 pub const TRIM_AFTER_ACTIONS: usize = 64;
 
+/// The capacity to shrink a drained map or set to, if any. A table that held every workspace
+/// for a full cycle keeps its size when emptied (~1 MB at 10,000); halving it once it is a
+/// quarter full costs O(n) over the whole drain.
+pub fn drained_capacity(len: usize, capacity: usize) -> Option<usize> {
+    (len * 4 < capacity && capacity > 64).then_some(len * 2)
+}
+
 /// Set glibc malloc up for a long-lived process with a big, bursty heap; call it before any
 /// thread starts. A no-op with jemalloc, and when `GLIBC_TUNABLES` is set (the operator's
 /// choice wins).

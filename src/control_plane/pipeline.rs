@@ -6,8 +6,7 @@
 use super::config_builder::{self, WorkspaceSpec};
 use super::rules::{self, Lifecycle, Selection};
 use super::store::{
-    Agent, Backend, Store, StoreError, StoreResult, WORKSPACE_COLUMNS, Workspace, now_ms, state_text,
-    workspace_from_row,
+    AGENT_WORKSPACES, Agent, Backend, Store, StoreError, StoreResult, Workspace, now_ms, state_text, workspace_from_row,
 };
 use crate::protocol::{ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -174,8 +173,7 @@ impl Store {
         // Concurrent reconciles of one agent (two replicas overlapping) run one after the
         // other instead of deadlocking on the workspace rows they both update.
         sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name");
-        let rows = sqlx::query(&sql).bind(&agent.id).fetch_all(&mut *tx).await?;
+        let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
         let decision = decide(&mut workspaces, agent, request, config, now)?;
         if !decision.touched.is_empty() {

@@ -7,21 +7,17 @@
 //! commit: an acknowledgement never reaches an agent before it is durable.
 
 use super::pipeline::{self, PipelineConfig, SQLITE_SAVE, SavedRow};
-use super::store::{Agent, StoreError, StoreResult, WORKSPACE_COLUMNS, now_ms, workspace_from_row};
+use super::store::{AGENT_WORKSPACES, Agent, StoreError, StoreResult, now_ms, workspace_from_row};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use rusqlite::{Connection, TransactionBehavior};
 use sqlx::sqlite::SqliteConnectOptions;
 use std::str::FromStr;
-use std::sync::LazyLock;
 use tokio::sync::{mpsc, oneshot};
 
 /// Reconciles committed together at most, which bounds how long the first one waits.
 const MAX_BATCH: usize = 64;
 /// Reconciles waiting for the writer; beyond this, callers wait to enqueue.
 const QUEUE: usize = 1024;
-
-static LOAD: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = ?1 ORDER BY name"));
 
 struct Job {
     agent: Agent,
@@ -113,7 +109,7 @@ fn commit(connection: &mut Connection, batch: &[Job]) -> rusqlite::Result<Vec<St
 
 fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileResponse> {
     let now = now_ms();
-    let mut load = connection.prepare_cached(&LOAD)?;
+    let mut load = connection.prepare_cached(&AGENT_WORKSPACES)?;
     let mut workspaces =
         load.query_and_then([&job.agent.id], |row| workspace_from_row(row))?.collect::<StoreResult<Vec<_>>>()?;
     let decision = pipeline::decide(&mut workspaces, &job.agent, &job.request, &job.config, now)?;

@@ -112,6 +112,11 @@ fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
         .map_err(|_| StoreError::Corrupt(format!("unknown state {text:?}")))
 }
 
+/// Every workspace of one agent (`$1`), in name order: what a reconcile loads.
+pub(crate) static AGENT_WORKSPACES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name")
+});
+
 pub(crate) const WORKSPACE_COLUMNS: &str = "agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
      desired_state_updated_at, actual_state_updated_at, deployment_resource_version, responded_to_agent_at, \
      force_include_all_resources, last_reported_at, error_type, error_message, error_first_seen, error_last_seen, \
@@ -323,8 +328,7 @@ impl Store {
     }
 
     pub async fn workspaces(&self, agent_id: &str) -> StoreResult<Vec<Workspace>> {
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE agent_id = $1 ORDER BY name");
-        let rows = sqlx::query(&sql).bind(agent_id).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&AGENT_WORKSPACES).bind(agent_id).fetch_all(&self.pool).await?;
         rows.iter().map(workspace_from_row).collect()
     }
 
