@@ -6,7 +6,7 @@ mod support;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::stub::{Recorded, Reply, Script, StubControlPlane};
+use support::stub::{Recorded, Reply, Script, StubControlPlane, summary};
 use support::*;
 use wsync::protocol::{ActualState, DesiredState, ErrorType, ReconcileRequest, TerminationProgress};
 
@@ -281,4 +281,65 @@ async fn f_a_paused_agent_applies_nothing_but_still_reports() {
     );
     kubectl_ok(env, &["-n", &ns, "scale", "deployment/ws", "--replicas=1"]);
     eventually("applied once unpaused", LONG, || exists(env, &ns, "configmap", "paused-cfg").then_some(())).await;
+}
+
+/// The Deployment's resourceVersion as the apiserver holds it now.
+fn deployment_rv(env: &TestEnv, namespace: &str) -> String {
+    kubectl_ok(env, &["-n", namespace, "get", "deployment", "ws", "-o", "jsonpath={.metadata.resourceVersion}"])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn g_a_workspace_whose_apply_recovers_is_reported_again_without_its_error() {
+    let env = env();
+    let id = unique_id("ag");
+    let ns = format!("{id}-1");
+    create_workspace(&admin_client(env).await, &ns, "ws", Some(&id)).await;
+    // The config is handed out once per change; the stub returns the workspace every cycle,
+    // so its error is acknowledged as soon as it is reported.
+    let config: Arc<Mutex<(u32, String)>> = Arc::new(Mutex::new((1, "kind: [unterminated".into())));
+    let delivered = Mutex::new(0u32);
+    let mut script = Script::with_intervals(300, 1);
+    script.always_return.push((ns.clone(), "ws".into()));
+    let stub = StubControlPlane::start(Script::default()).await;
+    let offered = config.clone();
+    stub.set_responder(move |req| {
+        let mut response = script.respond(req);
+        let (version, text) = offered.lock().unwrap().clone();
+        let mut delivered = delivered.lock().unwrap();
+        if *delivered < version {
+            *delivered = version;
+            response.workspace_rails_infos.iter_mut().for_each(|info| info.config_to_apply = text.clone());
+        }
+        Reply::created(&response)
+    });
+    let _agent = AgentProcess::start(env, &id, &stub.url, &[]);
+    stub.wait_for("the broken config's error", 0, LONG, |r| error_for(r, &ns).is_some()).await;
+    eventually("the error acknowledged", LONG, || {
+        (wss_json(env, &id)?["status"]["pendingErrorCount"] == 0).then_some(())
+    })
+    .await;
+
+    // Let the Deployment settle (the controller-manager writes its status) and be acknowledged.
+    let settled_rv = eventually("the Deployment settled and acknowledged", LONG, || {
+        let rv = deployment_rv(env, &ns);
+        let acknowledged = wss_json(env, &id)?["status"]["acknowledged"][format!("{ns}/ws")].as_str()?.to_string();
+        std::thread::sleep(Duration::from_secs(2));
+        (deployment_rv(env, &ns) == rv && acknowledged == rv).then_some(rv)
+    })
+    .await;
+
+    // A config that applies, and leaves the Deployment as it is.
+    let mark = stub.count();
+    *config.lock().unwrap() = (2, inventory_config(&ns, "inv", &[config_map(&ns, "cfg")]));
+    eventually("the fixed config applied", LONG, || exists(env, &ns, "configmap", "cfg").then_some(())).await;
+    let (_, report) = stub
+        .wait_for("the workspace reported again", mark, LONG, |r| {
+            r.request.workspace_agent_infos.iter().any(|i| i.namespace == ns && i.latest_k8s_deployment_info.is_some())
+        })
+        .await;
+    let info = report.request.workspace_agent_infos.iter().find(|i| i.namespace == ns).expect("the info");
+    assert!(info.error_details.is_none(), "reported without an error, which clears it: {}", summary(&report));
+    let sent = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
+    assert_eq!(sent.as_deref(), Some(settled_rv.as_str()), "the unchanged Deployment, read again");
+    assert_eq!(deployment_rv(env, &ns), settled_rv, "nothing changed the Deployment: the recovery did the reporting");
 }

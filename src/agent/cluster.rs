@@ -150,6 +150,12 @@ impl Cluster {
         }
     }
 
+    /// One workspace's Deployment read again, projected; None when it is gone.
+    pub async fn get_workspace(&self, key: &WorkspaceKey) -> Result<Option<DeploymentProjection>, kube::Error> {
+        let api: Api<WorkspaceDeployment> = Api::namespaced(self.client.clone(), key.namespace());
+        Ok(api.get_opt(key.name()).await?.and_then(DeploymentProjection::from_deployment))
+    }
+
     /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until
     /// dropped; the watcher's own backoff rides out apiserver trouble.
     pub async fn watch_workspaces(&self, index: SharedIndex) {

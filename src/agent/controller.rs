@@ -260,11 +260,14 @@ async fn run_cycle(
         ctx.pull_secret_copies().clear();
     }
     let namespace_gone = terminated_namespaces(ctx).await?;
-    let plan = {
-        let dirty = ctx.index.lock().dirty();
-        let state = ctx.state();
-        cycle::plan(update_type, &dirty, &state.ledger, &namespace_gone)
-    };
+    let mut dirty = ctx.index.lock().dirty();
+    let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
+    if !to_reread.is_empty() {
+        reread_workspaces(ctx, &to_reread).await;
+        dirty = ctx.index.lock().dirty();
+    }
+    let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
+    drop(dirty);
     let sent = plan.request.workspace_agent_infos.len();
     ctx.metrics.workspaces_sent.observe(sent as f64);
     let request_started = Instant::now();
@@ -295,6 +298,9 @@ async fn run_cycle(
         for (key, rv) in &settled.acknowledged {
             index.mark_clean_if(key, rv);
         }
+        for deployment in &plan.already_acknowledged {
+            index.mark_clean_if(deployment.key(), deployment.resource_version());
+        }
     }
     if let Some(reason) = &settled.rejected_settings {
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
@@ -321,6 +327,22 @@ async fn run_cycle(
         "sync cycle done"
     );
     Ok(requeue)
+}
+
+/// Read again the Deployments whose info the index dropped, so that the cycle can report
+/// them. One GET each; a failure leaves the entry dirty for the next cycle.
+async fn reread_workspaces(ctx: &Context, keys: &[WorkspaceKey]) {
+    for key in keys {
+        match ctx.cluster.get_workspace(key).await {
+            Ok(Some(deployment)) => ctx.index.lock().refresh(deployment),
+            Ok(None) => {
+                ctx.index.lock().remove(key);
+            }
+            Err(error) => {
+                tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), error = %api_message(&error), "could not read a workspace's Deployment; retrying next cycle")
+            }
+        }
+    }
 }
 
 /// Tracked terminations whose namespace is gone: they report `Terminated`.
@@ -459,8 +481,16 @@ async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVer
             let message = failure.unwrap_or_default();
             emit_failure_event(ctx, key, "ApplyFailed", "Apply", &message).await;
         }
-        // The control plane still shows the old error: report the workspace again.
-        Recorded::Recovered => ctx.index.lock().mark_dirty(key),
+        // The control plane may still show the old error: report the workspace again, as one
+        // it has not seen at this version (a report without error_details clears the error).
+        // A Deployment not in the index yet is reported when the watch brings it.
+        Recorded::Recovered => {
+            if ctx.index.lock().contains(key) {
+                ctx.state().ledger.acknowledged_mut().remove(key);
+                ctx.index.lock().mark_dirty(key);
+                ctx.index.notify();
+            }
+        }
         Recorded::Healthy | Recorded::Stale => {}
     }
 }

@@ -19,13 +19,26 @@ pub struct CyclePlan {
     pub request: ReconcileRequest,
     /// The error versions sent, so that only those are cleared on acknowledgement.
     pub sent_errors: Vec<(WorkspaceKey, ApplyVersion)>,
+    /// Dirty entries the control plane already holds at their version (after a watch re-list,
+    /// say): nothing to send, only to mark clean.
+    pub already_acknowledged: Vec<Arc<DeploymentProjection>>,
+}
+
+/// Dirty entries to report whose info the index dropped once an older acknowledgement
+/// covered it (the acknowledgement is gone since): to read again before planning.
+pub fn to_reread(dirty: &[Arc<DeploymentProjection>], ledger: &Ledger) -> Vec<WorkspaceKey> {
+    dirty.iter().filter(|d| d.info().is_none() && !is_acknowledged(ledger, d)).map(|d| d.key().clone()).collect()
+}
+
+fn is_acknowledged(ledger: &Ledger, deployment: &DeploymentProjection) -> bool {
+    ledger.acknowledged().get(deployment.key()).map(String::as_str) == Some(deployment.resource_version())
 }
 
 /// Build the infos: every changed Deployment the control plane has not acknowledged, every
 /// tracked termination, and every pending error. One info per workspace.
 pub fn plan(
     update_type: UpdateType,
-    dirty: &[(WorkspaceKey, Arc<DeploymentProjection>)],
+    dirty: &[Arc<DeploymentProjection>],
     ledger: &Ledger,
     namespace_gone: &HashSet<WorkspaceKey>,
 ) -> CyclePlan {
@@ -40,10 +53,14 @@ pub fn plan(
             ..Default::default()
         })
     }
-    for (key, deployment) in dirty {
-        if ledger.acknowledged().get(key).map(String::as_str) != Some(deployment.resource_version()) {
-            entry(&mut infos, key).latest_k8s_deployment_info = Some(deployment.info().clone());
+    let mut already_acknowledged = Vec::new();
+    for deployment in dirty {
+        if is_acknowledged(ledger, deployment) {
+            already_acknowledged.push(deployment.clone());
+        } else if let Some(info) = deployment.info() {
+            entry(&mut infos, deployment.key()).latest_k8s_deployment_info = Some(info.clone());
         }
+        // Without its info (a re-read that failed) it stays dirty and is read next cycle.
     }
     for key in ledger.terminations().keys() {
         let progress = if namespace_gone.contains(key) {
@@ -62,6 +79,7 @@ pub fn plan(
     CyclePlan {
         request: ReconcileRequest { update_type, workspace_agent_infos: infos.into_values().collect() },
         sent_errors,
+        already_acknowledged,
     }
 }
 

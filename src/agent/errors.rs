@@ -55,13 +55,18 @@ enum Tracked {
         version: ApplyVersion,
         failure: Failure,
     },
+    /// The control plane acknowledged the failure and shows it until the workspace is
+    /// reported without one: the next success must be reported. Kept in memory only; a
+    /// restart's full cycle reports every workspace anyway.
+    Shown,
 }
 
 #[cfg(test)]
 impl Tracked {
-    fn version(&self) -> ApplyVersion {
+    fn version(&self) -> Option<ApplyVersion> {
         match self {
-            Tracked::InFlight { version, .. } | Tracked::Failed { version, .. } => *version,
+            Tracked::InFlight { version, .. } | Tracked::Failed { version, .. } => Some(*version),
+            Tracked::Shown => None,
         }
     }
 }
@@ -75,7 +80,8 @@ pub enum Recorded {
     Failed,
     /// Success, and nothing was pending.
     Healthy,
-    /// Success after a failure: the control plane should hear of the workspace again.
+    /// Success after a failure the control plane may still show: it should hear of the
+    /// workspace again.
     Recovered,
 }
 
@@ -121,7 +127,7 @@ impl ErrorTracker {
     pub fn begin(&mut self, key: &WorkspaceKey) -> ApplyVersion {
         let version = self.next_version();
         let after_failure = match self.entries.get(key) {
-            Some(Tracked::Failed { .. }) => true,
+            Some(Tracked::Failed { .. } | Tracked::Shown) => true,
             Some(Tracked::InFlight { after_failure, .. }) => *after_failure,
             None => false,
         };
@@ -175,7 +181,7 @@ impl ErrorTracker {
             .iter()
             .filter_map(|(key, tracked)| match tracked {
                 Tracked::Failed { version, failure } => Some((key, *version, failure)),
-                Tracked::InFlight { .. } => None,
+                Tracked::InFlight { .. } | Tracked::Shown => None,
             })
             .collect();
         pending.sort_by(|a, b| a.0.cmp(b.0));
@@ -186,12 +192,12 @@ impl ErrorTracker {
         self.entries.values().filter(|t| matches!(t, Tracked::Failed { .. })).count()
     }
 
-    /// The control plane has seen the failure sent under `version`: clear it, unless a newer
-    /// apply has replaced it since.
+    /// The control plane has seen the failure sent under `version`: it is no longer pending,
+    /// unless a newer apply has replaced it since.
     pub fn acknowledge(&mut self, key: &WorkspaceKey, version: ApplyVersion) -> bool {
         match self.entries.get(key) {
             Some(Tracked::Failed { version: current, .. }) if *current == version => {
-                self.entries.remove(key);
+                self.entries.insert(key.clone(), Tracked::Shown);
                 true
             }
             _ => false,
@@ -219,7 +225,7 @@ impl ErrorTracker {
 
     #[cfg(test)]
     fn version_of(&self, key: &WorkspaceKey) -> Option<ApplyVersion> {
-        self.entries.get(key).map(Tracked::version)
+        self.entries.get(key).and_then(Tracked::version)
     }
 }
 
@@ -297,6 +303,19 @@ mod tests {
         let v2 = tracker.begin(&key());
         assert!(tracker.pending().is_empty(), "the retry hides the old failure while in flight");
         assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered);
+    }
+
+    #[test]
+    fn success_after_an_acknowledged_failure_is_a_recovery_once() {
+        let mut tracker = ErrorTracker::new(1);
+        let v1 = tracker.begin(&key());
+        tracker.record(&key(), v1, fail("boom"), now());
+        assert!(tracker.acknowledge(&key(), v1));
+        assert_eq!(tracker.pending_count(), 0, "the control plane shows it; nothing is pending");
+        let v2 = tracker.begin(&key());
+        assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered, "the control plane must hear");
+        let v3 = tracker.begin(&key());
+        assert_eq!(tracker.record(&key(), v3, Ok(()), now()), Recorded::Healthy);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! It keeps a dirty set: the keys whose resourceVersion may differ from the acknowledged one.
 //! A partial cycle reads only those, so an idle cycle is O(1) however many workspaces exist.
+//! A clean entry keeps only its key and version: its info was sent and is not read again.
 
 use super::workspace::{DeploymentProjection, WorkspaceKey, is_older};
 use std::borrow::Borrow;
@@ -75,22 +76,39 @@ impl WorkspaceIndex {
         }
     }
 
-    /// Keys changed since they were last acknowledged, in a stable order.
-    pub fn dirty(&self) -> Vec<(WorkspaceKey, Arc<DeploymentProjection>)> {
-        let mut dirty: Vec<_> =
-            self.dirty.iter().filter_map(|key| self.get(key).map(|d| (key.clone(), d.clone()))).collect();
-        dirty.sort_by(|a, b| a.0.cmp(&b.0));
+    /// Replace an entry with a Deployment read just now, even at the same version (whose info
+    /// the index had dropped), and mark it dirty.
+    pub fn refresh(&mut self, deployment: DeploymentProjection) {
+        if let Some(current) = self.get(deployment.key())
+            && is_older(deployment.resource_version(), current.resource_version())
+        {
+            return;
+        }
+        self.dirty.insert(deployment.key().clone());
+        self.entries.replace(Entry(Arc::new(deployment)));
+    }
+
+    /// Entries changed since they were last acknowledged, in a stable order.
+    pub fn dirty(&self) -> Vec<Arc<DeploymentProjection>> {
+        let mut dirty: Vec<_> = self.dirty.iter().filter_map(|key| self.get(key).cloned()).collect();
+        dirty.sort_by(|a, b| a.key().cmp(b.key()));
         dirty
     }
 
-    /// Forget a key's dirtiness once the control plane holds exactly this version.
+    /// Once the control plane holds exactly this version, forget the key's dirtiness and keep
+    /// only the key and version: the info is not read again until the Deployment changes.
     pub fn mark_clean_if(&mut self, key: &WorkspaceKey, acknowledged: &str) {
-        if self.get(key).is_some_and(|d| d.resource_version() == acknowledged) {
-            self.dirty.remove(key);
-            // After a full cycle every key was dirty; keep no table sized for all of them.
-            if let Some(capacity) = super::memory::drained_capacity(self.dirty.len(), self.dirty.capacity()) {
-                self.dirty.shrink_to(capacity);
-            }
+        let Some(current) = self.get(key).filter(|d| d.resource_version() == acknowledged) else {
+            return;
+        };
+        if current.info().is_some() {
+            let reported = Entry(Arc::new(current.reported()));
+            self.entries.replace(reported);
+        }
+        self.dirty.remove(key);
+        // After a full cycle every key was dirty; keep no table sized for all of them.
+        if let Some(capacity) = super::memory::drained_capacity(self.dirty.len(), self.dirty.capacity()) {
+            self.dirty.shrink_to(capacity);
         }
     }
 
@@ -198,6 +216,34 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledged_entry_keeps_its_version_and_drops_its_info() {
+        let mut index = WorkspaceIndex::default();
+        let key = WorkspaceKey::new("a", "ws");
+        index.upsert(deployment("a", "ws", "1"));
+        index.mark_clean_if(&key, "0");
+        assert!(index.get(&key).unwrap().info().is_some(), "kept while the control plane lacks it");
+        index.mark_clean_if(&key, "1");
+        let clean = index.get(&key).unwrap();
+        assert_eq!((clean.resource_version(), clean.info()), ("1", None));
+        assert!(!index.upsert(deployment("a", "ws", "1")), "the same version is still no change");
+        assert!(index.upsert(deployment("a", "ws", "2")), "a new version brings its info");
+        assert!(index.get(&key).unwrap().info().is_some());
+    }
+
+    #[test]
+    fn a_refresh_restores_a_dropped_info_at_the_same_version() {
+        let mut index = WorkspaceIndex::default();
+        let key = WorkspaceKey::new("a", "ws");
+        index.upsert(deployment("a", "ws", "5"));
+        index.mark_clean_if(&key, "5");
+        index.refresh(deployment("a", "ws", "4"));
+        assert_eq!(index.get(&key).unwrap().info(), None, "an older read never replaces a newer entry");
+        index.refresh(deployment("a", "ws", "5"));
+        assert!(index.get(&key).unwrap().info().is_some());
+        assert_eq!(index.dirty_len(), 1);
+    }
+
+    #[test]
     fn replace_all_drops_the_missing_and_keeps_newer_watched_versions() {
         let mut index = WorkspaceIndex::default();
         index.upsert(deployment("a", "gone", "1"));
@@ -222,7 +268,7 @@ mod tests {
         assert_eq!(**after, *before);
         assert!(!Arc::ptr_eq(after, &before), "a fresh copy");
         assert_eq!(
-            index.dirty().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            index.dirty().iter().map(|d| d.key().clone()).collect::<Vec<_>>(),
             vec![WorkspaceKey::new("a", "dirty")]
         );
     }

@@ -68,11 +68,15 @@ impl fmt::Display for WorkspaceKey {
 /// and what goes out as `latest_k8s_deployment_info`; `managedFields` and the pod template stay
 /// behind. Held as the JSON it is sent as: one allocation per workspace, where the parsed
 /// maps and status took a dozen (BENCHMARKS.md, agent memory).
+///
+/// Once the control plane holds a version, nothing reads its info again until the Deployment
+/// changes (and the watch brings a new one): the index then keeps only the key and version
+/// (`reported`), most of the agent's memory per workspace at rest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeploymentProjection {
     key: WorkspaceKey,
     resource_version: Box<str>,
-    info: DeploymentInfo,
+    info: Option<DeploymentInfo>,
 }
 
 /// The projection's shape, as serialized.
@@ -134,8 +138,13 @@ impl DeploymentProjection {
         Some(Self {
             key: WorkspaceKey::new(&meta.namespace, &meta.name),
             resource_version: meta.resource_version.into_boxed_str(),
-            info,
+            info: Some(info),
         })
+    }
+
+    /// The same version without its info: what the index keeps once it is acknowledged.
+    pub fn reported(&self) -> Self {
+        Self { key: self.key.clone(), resource_version: self.resource_version.clone(), info: None }
     }
 
     pub fn key(&self) -> &WorkspaceKey {
@@ -146,9 +155,9 @@ impl DeploymentProjection {
         &self.resource_version
     }
 
-    /// What is sent as `latest_k8s_deployment_info`.
-    pub fn info(&self) -> &DeploymentInfo {
-        &self.info
+    /// What is sent as `latest_k8s_deployment_info`; None once dropped as `reported`.
+    pub fn info(&self) -> Option<&DeploymentInfo> {
+        self.info.as_ref()
     }
 }
 
@@ -183,7 +192,7 @@ mod tests {
             status: Some(DeploymentStatus { ready_replicas: Some(1), ..Default::default() }),
         };
         let projection = DeploymentProjection::from_deployment(deployment).unwrap();
-        let json = projection.info().to_value();
+        let json = projection.info().expect("a fresh projection has its info").to_value();
         assert_eq!(
             json,
             serde_json::json!({

@@ -3,7 +3,7 @@ use crate::agent::workspace::{ProjectedDeployment, ProjectedMeta, ProjectedSpec}
 use crate::protocol::{ErrorType, Settings, WorkspaceRailsInfo};
 use jiff::Timestamp;
 
-fn deployment(ns: &str, name: &str, rv: &str) -> (WorkspaceKey, Arc<DeploymentProjection>) {
+fn deployment(ns: &str, name: &str, rv: &str) -> Arc<DeploymentProjection> {
     let d = DeploymentProjection::new(ProjectedDeployment {
         metadata: ProjectedMeta {
             name: name.into(),
@@ -18,7 +18,7 @@ fn deployment(ns: &str, name: &str, rv: &str) -> (WorkspaceKey, Arc<DeploymentPr
         status: None,
     })
     .unwrap();
-    (d.key().clone(), Arc::new(d))
+    Arc::new(d)
 }
 
 fn rails(
@@ -57,6 +57,23 @@ fn sends_only_deployments_whose_version_is_not_acknowledged() {
     assert_eq!(names, ["changed"]);
     let info = &plan.request.workspace_agent_infos[0];
     assert_eq!(info.latest_k8s_deployment_info.as_ref().unwrap().resource_version().as_deref(), Some("7"));
+    let cleaned: Vec<_> = plan.already_acknowledged.iter().map(|d| d.key().clone()).collect();
+    assert_eq!(cleaned, [WorkspaceKey::new("a", "acked")], "marked clean without being sent");
+}
+
+#[test]
+fn a_dropped_info_is_read_again_only_when_the_control_plane_lacks_its_version() {
+    let mut ledger = Ledger::restore(None);
+    let held = Arc::new(deployment("a", "held", "5").reported());
+    let unacknowledged = Arc::new(deployment("b", "recovered", "7").reported());
+    ledger.acknowledged_mut().insert(WorkspaceKey::new("a", "held"), "5".into());
+    let dirty = vec![held, unacknowledged, deployment("c", "fresh", "9")];
+    assert_eq!(to_reread(&dirty, &ledger), [WorkspaceKey::new("b", "recovered")]);
+    // Had the re-read failed: nothing is sent for it, and it is not marked clean either.
+    let plan = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
+    let names: Vec<_> = plan.request.workspace_agent_infos.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["fresh"]);
+    assert_eq!(plan.already_acknowledged.len(), 1);
 }
 
 #[test]
