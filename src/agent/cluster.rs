@@ -150,10 +150,15 @@ impl Cluster {
         }
     }
 
-    /// One workspace's Deployment read again, projected; None when it is gone.
+    /// One workspace's Deployment read again, projected; None when it is gone or no longer
+    /// carries this agent's label.
     pub async fn get_workspace(&self, key: &WorkspaceKey) -> Result<Option<DeploymentProjection>, kube::Error> {
         let api: Api<WorkspaceDeployment> = Api::namespaced(self.client.clone(), key.namespace());
-        Ok(api.get_opt(key.name()).await?.and_then(DeploymentProjection::from_deployment))
+        let ours = |d: &WorkspaceDeployment| {
+            d.metadata.labels.as_ref().and_then(|l| l.get(&self.config.workspace_label_key))
+                == Some(&self.config.agent_id)
+        };
+        Ok(api.get_opt(key.name()).await?.filter(ours).and_then(DeploymentProjection::from_deployment))
     }
 
     /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until

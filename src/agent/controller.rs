@@ -263,7 +263,7 @@ async fn run_cycle(
     let mut dirty = ctx.index.lock().dirty();
     let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
     if !to_reread.is_empty() {
-        reread_workspaces(ctx, &to_reread).await;
+        reread_workspaces(ctx, to_reread).await;
         dirty = ctx.index.lock().dirty();
     }
     let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
@@ -285,23 +285,24 @@ async fn run_cycle(
     let settled = {
         let mut state = ctx.state();
         let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused);
+        let mut index = ctx.index.lock();
         if update_type == UpdateType::Full {
-            let index = ctx.index.lock();
             cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response);
         }
+        // Checked under the ledger's lock, so that an apply recovering meanwhile keeps its
+        // entry dirty.
+        let acknowledged = settled.acknowledged.iter().map(|(key, rv)| (key, rv.as_str()));
+        let already = plan.already_acknowledged.iter().map(|d| (d.key(), d.resource_version()));
+        for (key, rv) in acknowledged.chain(already) {
+            if state.ledger.holds(key, rv) {
+                index.mark_clean_if(key, rv);
+            }
+        }
+        drop(index);
         state.ledger.cycle_succeeded(update_type, Timestamp::now(), resync_request);
         state.full_done |= update_type == UpdateType::Full;
         settled
     };
-    {
-        let mut index = ctx.index.lock();
-        for (key, rv) in &settled.acknowledged {
-            index.mark_clean_if(key, rv);
-        }
-        for deployment in &plan.already_acknowledged {
-            index.mark_clean_if(deployment.key(), deployment.resource_version());
-        }
-    }
     if let Some(reason) = &settled.rejected_settings {
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }
@@ -309,8 +310,8 @@ async fn run_cycle(
     drop(response);
     drop(plan);
     let actions = settled.actions.len();
-    let trim = update_type == UpdateType::Full || actions >= memory::TRIM_AFTER_ACTIONS;
-    spawn_actions(ctx, settled.actions, trim);
+    let release = update_type == UpdateType::Full || actions >= memory::RELEASE_AFTER_ACTIONS;
+    spawn_actions(ctx, settled.actions, release);
     for key in &settled.forgotten {
         ctx.pull_secret_copies().forget(key);
     }
@@ -331,12 +332,19 @@ async fn run_cycle(
 
 /// Read again the Deployments whose info the index dropped, so that the cycle can report
 /// them. One GET each; a failure leaves the entry dirty for the next cycle.
-async fn reread_workspaces(ctx: &Context, keys: &[WorkspaceKey]) {
-    for key in keys {
-        match ctx.cluster.get_workspace(key).await {
+async fn reread_workspaces(ctx: &Context, keys: Vec<WorkspaceKey>) {
+    let limit = ctx.config.apply_concurrency.max(1);
+    let reads = futures::stream::iter(keys).map(|key| async move {
+        let read = ctx.cluster.get_workspace(&key).await;
+        (key, read)
+    });
+    let mut reads = reads.buffer_unordered(limit);
+    while let Some((key, read)) = reads.next().await {
+        match read {
             Ok(Some(deployment)) => ctx.index.lock().refresh(deployment),
+            // Gone, or no longer this agent's: the watch removes it from the index.
             Ok(None) => {
-                ctx.index.lock().remove(key);
+                tracing::debug!(workspace = %key.name(), namespace = %key.namespace(), "a re-read Deployment is gone")
             }
             Err(error) => {
                 tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), error = %api_message(&error), "could not read a workspace's Deployment; retrying next cycle")
@@ -358,11 +366,11 @@ async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
 }
 
 /// Run a cycle's actions with bounded concurrency from one task, so that only as many apply
-/// futures exist as run at once; then, if `trim`, release the cycle's memory (at once when
+/// futures exist as run at once; then, if `release`, release the cycle's memory (at once when
 /// there is nothing to run).
-fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) {
+fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool) {
     if actions.is_empty() {
-        if trim {
+        if release {
             release_memory(ctx);
         }
         return;
@@ -371,7 +379,7 @@ fn spawn_actions(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, trim: bool) 
     let limit = ctx.config.apply_concurrency.max(1);
     let task = async move {
         futures::stream::iter(actions).for_each_concurrent(limit, |action| run_action(ctx2.clone(), action)).await;
-        if trim {
+        if release {
             release_memory(&ctx2);
         }
     };
@@ -486,7 +494,7 @@ async fn record_result(ctx: &Arc<Context>, key: &WorkspaceKey, version: ApplyVer
         // A Deployment not in the index yet is reported when the watch brings it.
         Recorded::Recovered => {
             if ctx.index.lock().contains(key) {
-                ctx.state().ledger.acknowledged_mut().remove(key);
+                ctx.state().ledger.report_again(key);
                 ctx.index.lock().mark_dirty(key);
                 ctx.index.notify();
             }

@@ -22,16 +22,18 @@ pub struct CyclePlan {
     /// Dirty entries the control plane already holds at their version (after a watch re-list,
     /// say): nothing to send, only to mark clean.
     pub already_acknowledged: Vec<Arc<DeploymentProjection>>,
+    /// Workspaces reported again after a recovery (`Ledger::report_again`).
+    pub reported_again: Vec<WorkspaceKey>,
 }
 
-/// Dirty entries to report whose info the index dropped once an older acknowledgement
-/// covered it (the acknowledgement is gone since): to read again before planning.
+/// Dirty entries to report whose info the index dropped once the control plane held their
+/// version (it must hear of them again since): to read again before planning.
 pub fn to_reread(dirty: &[Arc<DeploymentProjection>], ledger: &Ledger) -> Vec<WorkspaceKey> {
-    dirty.iter().filter(|d| d.info().is_none() && !is_acknowledged(ledger, d)).map(|d| d.key().clone()).collect()
-}
-
-fn is_acknowledged(ledger: &Ledger, deployment: &DeploymentProjection) -> bool {
-    ledger.acknowledged().get(deployment.key()).map(String::as_str) == Some(deployment.resource_version())
+    dirty
+        .iter()
+        .filter(|d| d.info().is_none() && !ledger.holds(d.key(), d.resource_version()))
+        .map(|d| d.key().clone())
+        .collect()
 }
 
 /// Build the infos: every changed Deployment the control plane has not acknowledged, every
@@ -53,12 +55,16 @@ pub fn plan(
             ..Default::default()
         })
     }
-    let mut already_acknowledged = Vec::new();
+    let (mut already_acknowledged, mut reported_again) = (Vec::new(), Vec::new());
     for deployment in dirty {
-        if is_acknowledged(ledger, deployment) {
+        let key = deployment.key();
+        if ledger.holds(key, deployment.resource_version()) {
             already_acknowledged.push(deployment.clone());
         } else if let Some(info) = deployment.info() {
-            entry(&mut infos, deployment.key()).latest_k8s_deployment_info = Some(info.clone());
+            entry(&mut infos, key).latest_k8s_deployment_info = Some(info.clone());
+            if ledger.must_report_again(key) {
+                reported_again.push(key.clone());
+            }
         }
         // Without its info (a re-read that failed) it stays dirty and is read next cycle.
     }
@@ -80,6 +86,7 @@ pub fn plan(
         request: ReconcileRequest { update_type, workspace_agent_infos: infos.into_values().collect() },
         sent_errors,
         already_acknowledged,
+        reported_again,
     }
 }
 
@@ -105,6 +112,9 @@ pub struct Settled {
 /// out of the answer into the actions (at 10,000 workspaces, 25 MB not held twice).
 pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &mut ReconcileResponse, paused: bool) -> Settled {
     let mut settled = Settled::default();
+    for key in &plan.reported_again {
+        ledger.reported_again(key);
+    }
     if let Some(settings) = response.settings {
         match settings.validate() {
             Ok(()) => ledger.settings = settings,
@@ -148,10 +158,7 @@ pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &mut ReconcileRes
 pub fn prune_unknown(ledger: &mut Ledger, in_cluster: impl Fn(&WorkspaceKey) -> bool, response: &ReconcileResponse) {
     let returned: HashSet<WorkspaceKey> =
         response.workspace_rails_infos.iter().map(|i| WorkspaceKey::new(&i.namespace, &i.name)).collect();
-    let known = |key: &WorkspaceKey| in_cluster(key) || returned.contains(key);
-    ledger.errors_mut().retain(known);
-    ledger.acknowledged_mut().retain(|key, _| known(key));
-    ledger.terminations_mut().retain(|key, _| known(key));
+    ledger.retain(|key| in_cluster(key) || returned.contains(key));
 }
 
 #[cfg(test)]

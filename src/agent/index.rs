@@ -77,12 +77,12 @@ impl WorkspaceIndex {
     }
 
     /// Replace an entry with a Deployment read just now, even at the same version (whose info
-    /// the index had dropped), and mark it dirty.
+    /// the index had dropped), and mark it dirty. A key the watch has removed meanwhile stays
+    /// removed.
     pub fn refresh(&mut self, deployment: DeploymentProjection) {
-        if let Some(current) = self.get(deployment.key())
-            && is_older(deployment.resource_version(), current.resource_version())
-        {
-            return;
+        match self.get(deployment.key()) {
+            Some(current) if !is_older(deployment.resource_version(), current.resource_version()) => {}
+            _ => return,
         }
         self.dirty.insert(deployment.key().clone());
         self.entries.replace(Entry(Arc::new(deployment)));
@@ -241,6 +241,9 @@ mod tests {
         index.refresh(deployment("a", "ws", "5"));
         assert!(index.get(&key).unwrap().info().is_some());
         assert_eq!(index.dirty_len(), 1);
+        index.remove(&key);
+        index.refresh(deployment("a", "ws", "6"));
+        assert!(!index.contains(&key), "a read that raced the watch's deletion brings nothing back");
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub struct Ledger {
     acknowledged: HashMap<WorkspaceKey, String>,
     terminations: HashMap<WorkspaceKey, TerminationProgress>,
     errors: ErrorTracker,
+    /// Workspaces whose apply succeeded after a failure the control plane may still show:
+    /// reported again, without error_details, whatever their acknowledgement says. In memory
+    /// only; the full cycle after a restart reports every workspace anyway.
+    report_again: HashSet<WorkspaceKey>,
     /// Bumped on every mutable access to the per-workspace maps, so that an idle cycle can
     /// tell the status is unchanged without rendering 10,000 entries.
     revision: u64,
@@ -105,6 +109,7 @@ impl Ledger {
             acknowledged: parse_map(&status.acknowledged),
             terminations: status.terminations.iter().filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v))).collect(),
             errors,
+            report_again: HashSet::new(),
             settings: if settings.validate().is_ok() { settings } else { Settings::default() },
             last_handled_resync: status.last_handled_resync_request.clone(),
             last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
@@ -123,6 +128,27 @@ impl Ledger {
     /// The content is unchanged, so the revision stays.
     pub fn compact(&mut self) {
         self.acknowledged = self.acknowledged.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    }
+
+    /// True when the control plane holds this version of the workspace's Deployment and
+    /// need not hear of it again.
+    pub fn holds(&self, key: &WorkspaceKey, resource_version: &str) -> bool {
+        self.acknowledged.get(key).is_some_and(|rv| rv == resource_version) && !self.report_again.contains(key)
+    }
+
+    /// After a recovery: report the workspace again, so that the control plane clears the
+    /// error it shows.
+    pub fn report_again(&mut self, key: &WorkspaceKey) {
+        self.report_again.insert(key.clone());
+    }
+
+    pub fn must_report_again(&self, key: &WorkspaceKey) -> bool {
+        self.report_again.contains(key)
+    }
+
+    /// The control plane has heard of the workspace since its recovery.
+    pub fn reported_again(&mut self, key: &WorkspaceKey) {
+        self.report_again.remove(key);
     }
 
     pub fn acknowledged_mut(&mut self) -> &mut HashMap<WorkspaceKey, String> {
@@ -165,12 +191,23 @@ impl Ledger {
         self.revision += 1;
         self.acknowledged.clear();
         self.terminations.clear();
+        self.report_again.clear();
+    }
+
+    /// Keep only the workspaces `known` still answers for.
+    pub fn retain(&mut self, known: impl Fn(&WorkspaceKey) -> bool) {
+        self.revision += 1;
+        self.errors.retain(&known);
+        self.acknowledged.retain(|key, _| known(key));
+        self.terminations.retain(|key, _| known(key));
+        self.report_again.retain(|key| known(key));
     }
 
     pub fn forget(&mut self, key: &WorkspaceKey) {
         self.revision += 1;
         self.acknowledged.remove(key);
         self.terminations.remove(key);
+        self.report_again.remove(key);
         self.errors.forget(key);
     }
 

@@ -11,7 +11,7 @@
 //!   `malloc_trim` after big cycles.
 
 /// Cycles that start this many applies, and every full cycle, release memory when they finish.
-pub const TRIM_AFTER_ACTIONS: usize = 64;
+pub const RELEASE_AFTER_ACTIONS: usize = 64;
 
 /// The capacity to shrink a drained map or set to, if any. A table that held every workspace
 /// for a full cycle keeps its size when emptied (~1 MB at 10,000); halving it once it is a

@@ -241,3 +241,42 @@ fn full_cycle_prunes_what_nobody_knows() {
     let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _, _)| k.name().to_string()).collect();
     assert_eq!(left, ["in-cluster", "returned"]);
 }
+
+#[test]
+fn a_recovered_workspace_is_sent_once_though_acknowledged() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("a", "ws");
+    ledger.acknowledged_mut().insert(key.clone(), "5".into());
+    ledger.report_again(&key);
+    assert!(!ledger.holds(&key, "5"), "the control plane still shows the old error");
+    let dirty = vec![deployment("a", "ws", "5")];
+    let first = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
+    let sent = &first.request.workspace_agent_infos;
+    assert_eq!((sent.len(), sent[0].error_details.is_none()), (1, true), "sent, without an error");
+    assert!(first.already_acknowledged.is_empty());
+    let mut answer = ReconcileResponse {
+        workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
+        settings: None,
+    };
+    settle(&mut ledger, &first, &mut answer, false);
+    assert!(ledger.holds(&key, "5"));
+    let again = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
+    assert!(again.request.workspace_agent_infos.is_empty(), "heard once; now marked clean instead");
+    assert_eq!(again.already_acknowledged.len(), 1);
+}
+
+#[test]
+fn a_recovery_during_a_cycle_is_not_undone_by_its_answer() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("a", "ws");
+    ledger.acknowledged_mut().insert(key.clone(), "5".into());
+    let planned = plan(UpdateType::Partial, &[deployment("a", "ws", "5")], &ledger, &HashSet::new());
+    assert_eq!(planned.already_acknowledged.len(), 1);
+    ledger.report_again(&key); // the apply recovers while the request is out
+    let mut answer = ReconcileResponse {
+        workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
+        settings: None,
+    };
+    settle(&mut ledger, &planned, &mut answer, false);
+    assert!(!ledger.holds(&key, "5"), "still to be reported: the controller leaves the entry dirty");
+}
