@@ -147,9 +147,7 @@ async fn namespace_ownership(
     let config = cluster.config();
     match meta {
         None => Ok(Namespace::Missing),
-        Some(meta)
-            if meta.labels.as_ref().and_then(|l| l.get(&config.workspace_label_key)) == Some(&config.agent_id) =>
-        {
+        Some(meta) if config.is_ours(&meta) => {
             let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
             Ok(Namespace::Ours(pull_secrets::parse_copied(record.map(String::as_str))))
         }

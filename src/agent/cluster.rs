@@ -37,6 +37,13 @@ pub struct ClusterConfig {
     pub apply_cache: bool,
 }
 
+impl ClusterConfig {
+    /// True when the object carries this agent's label (`Cluster::workspace_selector`).
+    pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
+        meta.labels.as_ref().and_then(|l| l.get(&self.workspace_label_key)) == Some(&self.agent_id)
+    }
+}
+
 /// The Event API caps a note at 1 KiB.
 const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
@@ -154,11 +161,8 @@ impl Cluster {
     /// carries this agent's label.
     pub async fn get_workspace(&self, key: &WorkspaceKey) -> Result<Option<DeploymentProjection>, kube::Error> {
         let api: Api<WorkspaceDeployment> = Api::namespaced(self.client.clone(), key.namespace());
-        let ours = |d: &WorkspaceDeployment| {
-            d.metadata.labels.as_ref().and_then(|l| l.get(&self.config.workspace_label_key))
-                == Some(&self.config.agent_id)
-        };
-        Ok(api.get_opt(key.name()).await?.filter(ours).and_then(DeploymentProjection::from_deployment))
+        let deployment = api.get_opt(key.name()).await?.filter(|d| self.config.is_ours(&d.metadata));
+        Ok(deployment.and_then(DeploymentProjection::from_deployment))
     }
 
     /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until

@@ -50,9 +50,13 @@ impl WorkspaceIndex {
         {
             return false;
         }
+        self.store_dirty(deployment);
+        true
+    }
+
+    fn store_dirty(&mut self, deployment: DeploymentProjection) {
         self.dirty.insert(deployment.key().clone());
         self.entries.replace(Entry(Arc::new(deployment)));
-        true
     }
 
     /// A deleted Deployment is no longer reported; the control plane learns of it otherwise.
@@ -84,8 +88,7 @@ impl WorkspaceIndex {
             Some(current) if !is_older(deployment.resource_version(), current.resource_version()) => {}
             _ => return,
         }
-        self.dirty.insert(deployment.key().clone());
-        self.entries.replace(Entry(Arc::new(deployment)));
+        self.store_dirty(deployment);
     }
 
     /// Entries changed since they were last acknowledged, in a stable order.
