@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench scale` runs N ∈ {100, 1000, 10000} (override with
 //! `WSYNC_BENCH_SIZES=100,1000`; `WSYNC_BENCH_SAMPLES` and `WSYNC_BENCH_RUNS` set the latency
-//! samples and timed full resyncs per size). Under `cargo test` (no `--bench` argument) it runs a smoke
+//! samples and timed full resyncs per size, `WSYNC_BENCH_SMALL_RUNS` the resyncs at N ≤ 100). Under `cargo test` (no `--bench` argument) it runs a smoke
 //! pass at N=100 with few samples, so that CI keeps it working.
 
 #[path = "../../tests/support/mod.rs"]
@@ -27,6 +27,9 @@ pub struct Options {
     pub samples: usize,
     /// Timed full resyncs per size (agent and floor alternate).
     pub runs: usize,
+    /// The same at N ≤ 100, where a resync takes ~200 ms and one scheduling hiccup on two
+    /// shared cores moves a run by half: enough runs for a steady median.
+    pub small_runs: usize,
     /// Seconds of idle partial cycles to observe.
     pub idle_seconds: u64,
     /// Seconds per control-plane throughput run.
@@ -42,11 +45,12 @@ impl Options {
             .unwrap_or_else(|| if full { vec![100, 1000, 10_000] } else { vec![100] });
         let number =
             |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-        let (samples, runs) = if full { (200, 3) } else { (20, 1) };
+        let (samples, runs, small_runs) = if full { (200, 3, 30) } else { (20, 1, 3) };
         Self {
             sizes,
             samples: number("WSYNC_BENCH_SAMPLES", samples),
             runs: number("WSYNC_BENCH_RUNS", runs),
+            small_runs: number("WSYNC_BENCH_SMALL_RUNS", small_runs),
             idle_seconds: if full { 10 } else { 3 },
             throughput_seconds: if full { 5 } else { 1 },
         }
