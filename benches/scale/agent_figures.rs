@@ -1,9 +1,9 @@
 //! The agent's figures at one N: full resync against its floor, the idle partial cycle,
 //! memory, latencies, and the WorkspaceSyncStatus size.
 
-use crate::support::stub::{Reply, StubControlPlane};
+use crate::support::stub::{Reply, STUB_TOKEN, StubControlPlane};
 use crate::support::{self, AGENT_NAMESPACE, AgentProcess, LABEL_KEY};
-use crate::workload::{self, CONCURRENCY, Workload};
+use crate::workload::{self, CONCURRENCY};
 use crate::{Options, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -106,19 +106,19 @@ fn cpu_time(pid: u32) -> Duration {
 /// a client and connects anew per call: polled every 5 ms while only the agent is timed, that
 /// loaded the two cores the apiserver runs on, and the apiserver served the agent's PATCHes a
 /// third slower than the floor's identical ones (BENCHMARKS.md, step 10).
-fn http() -> &'static reqwest::Client {
+pub fn http() -> &'static reqwest::Client {
     static CLIENT: std::sync::LazyLock<reqwest::Client> = std::sync::LazyLock::new(reqwest::Client::new);
     &CLIENT
 }
 
-async fn metric(port: u16, name: &str) -> f64 {
+pub async fn metric(port: u16, name: &str) -> f64 {
     let url = format!("http://127.0.0.1:{port}/metrics");
     let Ok(response) = http().get(&url).send().await else { return 0.0 };
     let text = response.text().await.unwrap_or_default();
     text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
 }
 
-async fn wait_for_metric(port: u16, name: &str, at_least: f64, timeout: Duration) -> Instant {
+pub async fn wait_for_metric(port: u16, name: &str, at_least: f64, timeout: Duration) -> Instant {
     let deadline = Instant::now() + timeout;
     loop {
         if metric(port, name).await >= at_least {
@@ -130,7 +130,7 @@ async fn wait_for_metric(port: u16, name: &str, at_least: f64, timeout: Duration
     }
 }
 
-const APPLIED: &str = "wsync_applies_total{result=\"success\"}";
+pub const APPLIED: &str = "wsync_applies_total{result=\"success\"}";
 
 /// Whether the status changed in its `lastPartialSyncTime` heartbeat and nothing else: then
 /// the one status write in the window was the heartbeat, which DESIGN §2 asks for at most once
@@ -162,11 +162,11 @@ fn heap_in_use(agent: &AgentProcess) -> Option<u64> {
 
 /// An agent logging at info (and its memory at debug): the tests' debug level would cost CPU
 /// the figures should not show.
-async fn start_agent(id: &str, url: &str, port: u16, apply_cache: bool) -> AgentProcess {
+pub async fn start_agent(id: &str, url: &str, token: &str, port: u16, apply_cache: bool) -> AgentProcess {
     let address = format!("127.0.0.1:{port}");
     let cache = format!("--apply-cache={apply_cache}");
     let args = ["--metrics-address", address.as_str(), "--request-timeout", "120s", cache.as_str()];
-    let agent = AgentProcess::start(support::env(), id, url, &args).keep_cluster_state();
+    let agent = AgentProcess::start_with_token(support::env(), id, url, token, &args).keep_cluster_state();
     let level = format!("http://{address}/loglevel");
     let deadline = Instant::now() + Duration::from_secs(30);
     while http()
@@ -186,7 +186,7 @@ async fn start_agent(id: &str, url: &str, port: u16, apply_cache: bool) -> Agent
 pub async fn baseline() -> Baseline {
     let stub = StubControlPlane::start(Default::default()).await;
     let id = support::unique_id("bench-base");
-    let agent = start_agent(&id, &stub.url, support::free_port(), true).await;
+    let agent = start_agent(&id, &stub.url, STUB_TOKEN, support::free_port(), true).await;
     stub.wait_for("the first cycle", 0, Duration::from_secs(60), |_| true).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let baseline = Baseline { rss: rss_bytes(agent.pid().expect("pid")), heap: heap_in_use(&agent) };
@@ -201,12 +201,21 @@ fn annotate_resync(id: &str, value: &str) {
     support::kubectl_ok(support::env(), &["-n", AGENT_NAMESPACE, "annotate", &wss, &annotation, "--overwrite"]);
 }
 
+/// The workspaces a timed full resync covers, and the control plane they are reported to.
+pub struct Target<'a> {
+    /// The agent's id: its label's value on every workspace.
+    pub id: &'a str,
+    pub n: usize,
+    pub url: &'a str,
+    pub token: &'a str,
+}
+
 /// What the same client does with no agent logic: one LIST, one control-plane round trip,
 /// and a server-side apply of every object of every config, with the agent's concurrency.
-async fn floor(client: &Client, workload: &Workload, url: &str) -> Duration {
+async fn floor(client: &Client, target: &Target<'_>) -> Duration {
     let started = Instant::now();
     let api: Api<Deployment> = Api::all(client.clone());
-    let mut params = ListParams::default().labels(&format!("{LABEL_KEY}={}", workload.id)).limit(500);
+    let mut params = ListParams::default().labels(&format!("{LABEL_KEY}={}", target.id)).limit(500);
     let mut infos = Vec::new();
     loop {
         let page = api.list(&params).await.expect("list");
@@ -226,8 +235,8 @@ async fn floor(client: &Client, workload: &Workload, url: &str) -> Duration {
     }
     let request = ReconcileRequest { update_type: UpdateType::Full, workspace_agent_infos: infos };
     let response: ReconcileResponse = http()
-        .post(format!("{url}{}", wsync::protocol::RECONCILE_PATH))
-        .bearer_auth(support::stub::STUB_TOKEN)
+        .post(format!("{}{}", target.url, wsync::protocol::RECONCILE_PATH))
+        .bearer_auth(target.token)
         .json(&request)
         .send()
         .await
@@ -271,22 +280,21 @@ fn full_cycle_start(agent: &AgentProcess, skip: usize) -> jiff::Timestamp {
 /// Wait for the agent's first full cycle, then time `runs` requested full resyncs, each
 /// after a floor run.
 /// An agent under measurement: its process, metrics port, and a label for the progress lines.
-struct Measured<'a> {
-    agent: &'a AgentProcess,
-    port: u16,
-    label: &'a str,
+pub struct Measured<'a> {
+    pub agent: &'a AgentProcess,
+    pub port: u16,
+    pub label: &'a str,
 }
 
-async fn full_resyncs(
+pub async fn full_resyncs(
     measured: Measured<'_>,
     client: &Client,
-    workload: &Workload,
-    url: &str,
+    target: &Target<'_>,
     runs: usize,
     floors: &mut Vec<Duration>,
 ) -> Vec<Duration> {
     let Measured { agent, port, label } = measured;
-    let n = workload.keys.len();
+    let n = target.n;
     let long = Duration::from_secs(60 + n as u64 / 10);
     let started = Instant::now();
     wait_for_metric(port, APPLIED, n as f64, long).await;
@@ -294,12 +302,12 @@ async fn full_resyncs(
     let mut fulls = Vec::new();
     for run in 0..runs {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let floor = floor(client, workload, url).await;
+        let floor = floor(client, target).await;
         floors.push(floor);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = metric(port, APPLIED).await;
         let fulls_logged = agent.cycles_logged("full");
-        annotate_resync(&workload.id, &format!("{label}-{run}"));
+        annotate_resync(target.id, &format!("{label}-{run}"));
         wait_for_metric(port, APPLIED, before + n as f64, long).await;
         let done = jiff::Timestamp::now();
         let started = full_cycle_start(agent, fulls_logged);
@@ -310,56 +318,42 @@ async fn full_resyncs(
     fulls
 }
 
+/// A client as the agent's: the agent's kubeconfig, so the floor runs as the same user.
+pub async fn agent_client() -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&support::env().agent_kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("agent kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
 pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     eprintln!("== N = {n}");
     let env = support::env();
     let admin = support::admin_client(env).await;
-    let agent_client = {
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&env.agent_kubeconfig).expect("kubeconfig"),
-            &Default::default(),
-        )
-        .await
-        .expect("agent kubeconfig");
-        Client::try_from(config).expect("client")
-    };
+    let agent_client = agent_client().await;
     let workload = workload::create(&admin, n).await;
     let desired = Desired { configs: Arc::new(Mutex::new(workload.configs.clone())), ..Default::default() };
     let stub = StubControlPlane::start(Default::default()).await;
     let responder = desired.clone();
     stub.set_responder(move |request| Reply::created(&responder.respond(request)));
     let long = Duration::from_secs(60 + n as u64 / 10);
-    let runs = if n <= 100 { options.small_runs } else { options.runs };
+    let runs = options.runs_at(n);
     let mut floors = Vec::new();
+    let target = Target { id: &workload.id, n, url: &stub.url, token: STUB_TOKEN };
 
     // 1a. Full resync without the apply cache (one GET per namespace and inventory), then
     // with it; each run alternates with the floor.
     let port = support::free_port();
-    let uncached = start_agent(&workload.id, &stub.url, port, false).await;
-    let fulls_uncached = full_resyncs(
-        Measured { agent: &uncached, port, label: "uncached" },
-        &agent_client,
-        &workload,
-        &stub.url,
-        runs,
-        &mut floors,
-    )
-    .await;
+    let uncached = start_agent(&workload.id, &stub.url, STUB_TOKEN, port, false).await;
+    let measured = Measured { agent: &uncached, port, label: "uncached" };
+    let fulls_uncached = full_resyncs(measured, &agent_client, &target, runs, &mut floors).await;
     // SIGTERM releases the Lease, so the successor needs no expiry.
     let mut uncached = uncached;
     uncached.terminate();
     let port = support::free_port();
-    let agent = start_agent(&workload.id, &stub.url, port, true).await;
+    let agent = start_agent(&workload.id, &stub.url, STUB_TOKEN, port, true).await;
     let pid = agent.pid().expect("pid");
-    let fulls = full_resyncs(
-        Measured { agent: &agent, port, label: "cached" },
-        &agent_client,
-        &workload,
-        &stub.url,
-        runs,
-        &mut floors,
-    )
-    .await;
+    let measured = Measured { agent: &agent, port, label: "cached" };
+    let fulls = full_resyncs(measured, &agent_client, &target, runs, &mut floors).await;
 
     // 2. Idle partial cycles.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -3,7 +3,9 @@
 //!
 //! `cargo bench --bench scale` runs N ∈ {100, 1000, 10000} (override with
 //! `WSYNC_BENCH_SIZES=100,1000`; `WSYNC_BENCH_SAMPLES` and `WSYNC_BENCH_RUNS` set the latency
-//! samples and timed full resyncs per size, `WSYNC_BENCH_SMALL_RUNS` the resyncs at N ≤ 100). Under `cargo test` (no `--bench` argument) it runs a smoke
+//! samples and timed full resyncs per size, `WSYNC_BENCH_SMALL_RUNS` the resyncs at N ≤ 100,
+//! `WSYNC_BENCH_END_TO_END_SIZES` the sizes for the end-to-end figures; an empty list skips a
+//! part). Under `cargo test` (no `--bench` argument) it runs a smoke
 //! pass at N=100 with few samples, so that CI keeps it working.
 
 #[path = "../../tests/support/mod.rs"]
@@ -11,6 +13,7 @@ mod support;
 
 mod agent_figures;
 mod control_plane;
+mod end_to_end;
 mod workload;
 
 use std::time::Duration;
@@ -34,15 +37,21 @@ pub struct Options {
     pub idle_seconds: u64,
     /// Seconds per control-plane throughput run.
     pub throughput_seconds: u64,
+    /// N for the end-to-end figures: by default the sizes up to 1,000, since each workspace is
+    /// a namespace there, which the namespace controller takes minutes to delete by the thousand.
+    pub end_to_end_sizes: Vec<usize>,
 }
 
 impl Options {
     fn from_env() -> Self {
         let full = std::env::args().any(|a| a == "--bench");
-        let sizes = std::env::var("WSYNC_BENCH_SIZES")
-            .ok()
-            .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-            .unwrap_or_else(|| if full { vec![100, 1000, 10_000] } else { vec![100] });
+        let list = |name: &str| {
+            let value = std::env::var(name).ok()?;
+            Some(value.split(',').filter_map(|n| n.trim().parse().ok()).collect::<Vec<usize>>())
+        };
+        let sizes = list("WSYNC_BENCH_SIZES").unwrap_or_else(|| if full { vec![100, 1000, 10_000] } else { vec![100] });
+        let end_to_end_sizes = list("WSYNC_BENCH_END_TO_END_SIZES")
+            .unwrap_or_else(|| sizes.iter().copied().filter(|&n| n <= 1000).collect());
         let number =
             |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
         let (samples, runs, small_runs) = if full { (200, 3, 30) } else { (20, 1, 3) };
@@ -53,7 +62,15 @@ impl Options {
             small_runs: number("WSYNC_BENCH_SMALL_RUNS", small_runs),
             idle_seconds: if full { 10 } else { 3 },
             throughput_seconds: if full { 5 } else { 1 },
+            end_to_end_sizes,
         }
+    }
+}
+
+impl Options {
+    /// Timed full resyncs at N.
+    pub fn runs_at(&self, n: usize) -> usize {
+        if n <= 100 { self.small_runs } else { self.runs }
     }
 }
 
@@ -122,6 +139,11 @@ async fn main() {
         rows.push(agent_figures::measure(n, &options, baseline).await);
         // The table so far, so that a long run's early sizes are never lost.
         agent_figures::print_table(&rows);
+    }
+    let mut end_to_end = Vec::new();
+    for &n in &options.end_to_end_sizes {
+        end_to_end.push(end_to_end::measure(n, &options).await);
+        end_to_end::print_table(&end_to_end);
     }
     control_plane::print_throughput(&options).await;
 }

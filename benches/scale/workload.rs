@@ -130,15 +130,19 @@ pub async fn create(client: &Client, n: usize) -> Workload {
 
 /// Delete the namespaces and wait until they are gone, so the next size starts quiet.
 pub async fn delete(client: &Client, workload: &Workload) {
+    delete_namespaces(client, &workload.id, &format!("{TEST_LABEL}={}", workload.id)).await;
+}
+
+/// Delete the agent's `WorkspaceSyncStatus` and the namespaces `selector` picks, and wait
+/// until they are gone.
+pub async fn delete_namespaces(client: &Client, agent_id: &str, selector: &str) {
     let env = support::env();
-    let selector = format!("{TEST_LABEL}={}", workload.id);
-    support::kubectl_ok(env, &["delete", "namespace", "-l", &selector, "--wait=false"]);
-    let _ =
-        support::kubectl(env, &["-n", support::AGENT_NAMESPACE, "delete", "wss", &workload.id, "--ignore-not-found"]);
+    support::kubectl_ok(env, &["delete", "namespace", "-l", selector, "--wait=false"]);
+    let _ = support::kubectl(env, &["-n", support::AGENT_NAMESPACE, "delete", "wss", agent_id, "--ignore-not-found"]);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(900) {
-        let left = namespaces.list(&kube::api::ListParams::default().labels(&selector)).await.map(|l| l.items.len());
+        let left = namespaces.list(&kube::api::ListParams::default().labels(selector)).await.map(|l| l.items.len());
         if left.unwrap_or(0) == 0 {
             break;
         }
