@@ -8,10 +8,11 @@ use crate::{Options, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wsync::agent::apply_plan::{INVENTORY_ID_LABEL, MemberRef};
 use wsync::protocol::{
     ActualState, DeploymentInfo, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType,
     WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -247,8 +248,7 @@ async fn floor(client: &Client, target: &Target<'_>) -> Duration {
     let objects: Vec<serde_json::Value> = response
         .workspace_rails_infos
         .iter()
-        .flat_map(|info| wsync::yaml::parse_objects(&info.config_to_apply).expect("config"))
-        .map(|o| serde_json::to_value(o).expect("json"))
+        .flat_map(|info| as_applied(wsync::yaml::parse_objects(&info.config_to_apply).expect("config")))
         .collect();
     futures::stream::iter(&objects)
         .for_each_concurrent(CONCURRENCY, |object| async move {
@@ -256,6 +256,41 @@ async fn floor(client: &Client, target: &Target<'_>) -> Duration {
         })
         .await;
     started.elapsed()
+}
+
+/// A config's objects as the agent writes them: its inventory ConfigMap carries one key per
+/// member (cli-utils' format, `MemberRef::key`). The real control plane sends the inventory
+/// without them; applied as sent, with the agent's field manager, the floor's apply would be a
+/// real write that empties the agent's inventory, and the agent's next apply one that fills it.
+fn as_applied(objects: Vec<DynamicObject>) -> Vec<serde_json::Value> {
+    let is_inventory =
+        |o: &DynamicObject| o.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(INVENTORY_ID_LABEL));
+    let members: serde_json::Map<String, serde_json::Value> = objects
+        .iter()
+        .filter(|o| !is_inventory(o))
+        .filter_map(|o| {
+            let types = o.types.as_ref()?;
+            let group = types.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+            let member = MemberRef {
+                namespace: o.metadata.namespace.clone()?,
+                name: o.metadata.name.clone()?,
+                group: group.into(),
+                kind: types.kind.clone(),
+            };
+            Some((member.key(), serde_json::Value::String(String::new())))
+        })
+        .collect();
+    objects
+        .into_iter()
+        .map(|mut object| {
+            if is_inventory(&object)
+                && let Some(fields) = object.data.as_object_mut()
+            {
+                fields.insert("data".into(), serde_json::Value::Object(members.clone()));
+            }
+            serde_json::to_value(object).expect("json")
+        })
+        .collect()
 }
 
 /// When the full cycle after the first `skip` ones began: its "sync cycle done" line's time,
