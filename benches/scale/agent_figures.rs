@@ -4,7 +4,7 @@
 use crate::support::stub::{Reply, STUB_TOKEN, StubControlPlane};
 use crate::support::{self, AGENT_NAMESPACE, AgentProcess, LABEL_KEY};
 use crate::workload::{self, CONCURRENCY};
-use crate::{Options, percentile};
+use crate::{Options, Table, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
@@ -353,6 +353,12 @@ pub async fn full_resyncs(
     fulls
 }
 
+/// A resourceVersion as a number. They are etcd revisions here, so they compare, and any
+/// version from a patch on counts as that patch.
+pub fn version(rv: Option<&str>) -> u64 {
+    rv.and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 /// A client as the agent's: the agent's kubeconfig, so the floor runs as the same user.
 pub async fn agent_client() -> Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(&support::env().agent_kubeconfig).expect("kubeconfig");
@@ -427,8 +433,7 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
         let changed = deployments(ns).patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
         let changed_at = Instant::now();
         // The deployment controller may write the object again right after; any version from
-        // the patch on counts. (resourceVersions are etcd revisions here, so they compare.)
-        let version = |rv: Option<&str>| rv.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // the patch on counts.
         let patched = version(changed.metadata.resource_version.as_deref());
         let (_, request) = stub
             .wait_for("the change reported", seen, long, |r| {
@@ -492,32 +497,32 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
 }
 
 pub fn print_table(rows: &[Row]) {
-    println!("| figure | target |{}", rows.iter().map(|r| format!(" N={} |", r.n)).collect::<String>());
-    println!("|---|---|{}", rows.iter().map(|_| "---|").collect::<String>());
-    let line = |figure: &str, target: &str, value: &dyn Fn(&Row) -> String| {
-        println!("| {figure} | {target} |{}", rows.iter().map(|r| format!(" {} |", value(r))).collect::<String>());
-    };
-    line("full resync, floor (ms)", "", &|r| format!("{:.0}", r.floor_ms));
-    line("full resync, agent before: GET per apply (ms)", "", &|r| format!("{:.0}", r.full_uncached_ms));
-    line("full resync, agent before ÷ floor", "", &|r| format!("{:.2}", r.full_uncached_ms / r.floor_ms));
-    line("full resync, agent with apply cache (ms)", "", &|r| format!("{:.0}", r.full_ms));
-    line("full resync, agent with apply cache ÷ floor", "≤ 1.25", &|r| format!("**{:.2}**", r.full_ms / r.floor_ms));
-    line("idle partial: apiserver writes", "0", &|r| r.idle_writes.to_string());
-    line("… besides: the `lastPartialSyncTime` heartbeat", "≤ 1 a minute", &|r| r.idle_heartbeats.to_string());
-    line("idle partial: infos sent (max)", "0", &|r| r.idle_max_infos.to_string());
-    line("idle partial: request body (max bytes)", "`[]`", &|r| r.idle_max_body.to_string());
-    line("idle partial: agent CPU per cycle (ms)", "", &|r| format!("{:.2}", r.idle_cpu_ms_per_cycle));
-    line("agent RSS above baseline per workspace (bytes)", "≤ 2048", &|r| {
+    let table = Table::start("figure", rows, |r| r.n);
+    table.line("full resync, floor (ms)", "", |r: &Row| format!("{:.0}", r.floor_ms));
+    table.line("full resync, agent before: GET per apply (ms)", "", |r: &Row| format!("{:.0}", r.full_uncached_ms));
+    table.line("full resync, agent before ÷ floor", "", |r: &Row| format!("{:.2}", r.full_uncached_ms / r.floor_ms));
+    table.line("full resync, agent with apply cache (ms)", "", |r: &Row| format!("{:.0}", r.full_ms));
+    table.line("full resync, agent with apply cache ÷ floor", "≤ 1.25", |r: &Row| {
+        format!("**{:.2}**", r.full_ms / r.floor_ms)
+    });
+    table.line("idle partial: apiserver writes", "0", |r: &Row| r.idle_writes.to_string());
+    table.line("… besides: the `lastPartialSyncTime` heartbeat", "≤ 1 a minute", |r: &Row| {
+        r.idle_heartbeats.to_string()
+    });
+    table.line("idle partial: infos sent (max)", "0", |r: &Row| r.idle_max_infos.to_string());
+    table.line("idle partial: request body (max bytes)", "`[]`", |r: &Row| r.idle_max_body.to_string());
+    table.line("idle partial: agent CPU per cycle (ms)", "", |r: &Row| format!("{:.2}", r.idle_cpu_ms_per_cycle));
+    table.line("agent RSS above baseline per workspace (bytes)", "≤ 2048", |r: &Row| {
         format!("{:.0}", r.rss_bytes_per_workspace)
     });
-    line("… of which the agent's live heap (bytes)", "", &|r| {
+    table.line("… of which the agent's live heap (bytes)", "", |r: &Row| {
         r.heap_bytes_per_workspace.map_or("n/a".into(), |h| format!("{h:.0}"))
     });
-    line("Deployment change → control plane, p50 (ms)", "", &|r| format!("{:.0}", r.report_p50));
-    line("Deployment change → control plane, p99 (ms)", "< 1000", &|r| format!("{:.0}", r.report_p99));
-    line("desired change → applied, p50 (ms)", "", &|r| format!("{:.0}", r.apply_p50));
+    table.line("Deployment change → control plane, p50 (ms)", "", |r: &Row| format!("{:.0}", r.report_p50));
+    table.line("Deployment change → control plane, p99 (ms)", "< 1000", |r: &Row| format!("{:.0}", r.report_p99));
+    table.line("desired change → applied, p50 (ms)", "", |r: &Row| format!("{:.0}", r.apply_p50));
     let apply_target = format!("≤ {}", PARTIAL_SECONDS * 1000 + 1000);
-    line("desired change → applied, p99 (ms)", &apply_target, &|r| format!("{:.0}", r.apply_p99));
-    line("WorkspaceSyncStatus size (bytes)", "< 1 MiB", &|r| r.wss_bytes.to_string());
+    table.line("desired change → applied, p99 (ms)", &apply_target, |r: &Row| format!("{:.0}", r.apply_p99));
+    table.line("WorkspaceSyncStatus size (bytes)", "< 1 MiB", |r: &Row| r.wss_bytes.to_string());
     println!();
 }

@@ -6,13 +6,13 @@
 //! that the agent's first cycle creates them in the cluster (a namespace and five objects
 //! each) with no Pods: the cluster is quiet while it is measured.
 
-use crate::agent_figures::{self, APPLIED, Measured, Target, http, start_agent};
+use crate::agent_figures::{self, APPLIED, Measured, Target, http, start_agent, version};
 use crate::support::{self, ControlPlaneProcess, LABEL_KEY};
 use crate::workload::{self, CONCURRENCY};
-use crate::{Options, percentile};
+use crate::{Options, Table, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -65,22 +65,6 @@ impl Workspaces<'_> {
     }
 }
 
-/// Every workspace's Deployment exists and the deployment controller has seen it.
-async fn wait_until_settled(client: &kube::Client, id: &str, n: usize, timeout: Duration) {
-    let api: Api<Deployment> = Api::all(client.clone());
-    let params = ListParams::default().labels(&format!("{LABEL_KEY}={id}"));
-    let deadline = Instant::now() + timeout;
-    loop {
-        let listed = api.list(&params).await.expect("list");
-        let observed = listed.items.iter().filter(|d| d.status.as_ref().and_then(|s| s.observed_generation).is_some());
-        if observed.count() == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the workspaces' Deployments never settled");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 pub async fn measure(n: usize, options: &Options) -> Row {
     eprintln!("== end to end, N = {n}");
     let env = support::env();
@@ -106,7 +90,8 @@ pub async fn measure(n: usize, options: &Options) -> Row {
     let agent = start_agent(&id, &control_plane.url, &token, port, true).await;
     let started = Instant::now();
     agent_figures::wait_for_metric(port, APPLIED, n as f64, long).await;
-    wait_until_settled(&admin, &id, n, long).await;
+    let settled = workload::wait_until_observed(&admin, &id, n, long).await;
+    assert!(settled, "the workspaces' Deployments never settled");
     eprintln!("  the agent created them in the cluster: {:.1?}", started.elapsed());
 
     // 1. Full resync, against a floor that posts to the same control plane.
@@ -117,7 +102,6 @@ pub async fn measure(n: usize, options: &Options) -> Row {
 
     // 2. A Deployment change reaching the control plane's database.
     let samples = (options.samples / 4).max(5);
-    let version = |rv: Option<&str>| rv.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     let mut reported = Vec::new();
     for sample in 0..samples {
         let (ns, name) = &keys[(sample * 7919) % n];
@@ -171,20 +155,16 @@ pub async fn measure(n: usize, options: &Options) -> Row {
 }
 
 pub fn print_table(rows: &[Row]) {
-    println!(
-        "| end to end: the real control plane on SQLite | target |{}",
-        rows.iter().map(|r| format!(" N={} |", r.n)).collect::<String>()
-    );
-    println!("|---|---|{}", rows.iter().map(|_| "---|").collect::<String>());
-    let line = |figure: &str, target: &str, value: &dyn Fn(&Row) -> String| {
-        println!("| {figure} | {target} |{}", rows.iter().map(|r| format!(" {} |", value(r))).collect::<String>());
-    };
-    line("full resync, floor (ms)", "", &|r| format!("{:.0}", r.floor_ms));
-    line("full resync, agent (ms)", "", &|r| format!("{:.0}", r.full_ms));
-    line("full resync, agent ÷ floor", "≤ 1.25", &|r| format!("**{:.2}**", r.full_ms / r.floor_ms));
-    line("Deployment change → control plane's database, p50 (ms)", "", &|r| format!("{:.0}", r.report_p50));
-    line("Deployment change → control plane's database, p99 (ms)", "< 1000", &|r| format!("{:.0}", r.report_p99));
-    line("start on the control plane → applied, p50 (ms)", "", &|r| format!("{:.0}", r.apply_p50));
-    line("start on the control plane → applied, p99 (ms)", "≤ 2000", &|r| format!("{:.0}", r.apply_p99));
+    let table = Table::start("end to end: the real control plane on SQLite", rows, |r| r.n);
+    table.line("full resync, floor (ms)", "", |r: &Row| format!("{:.0}", r.floor_ms));
+    table.line("full resync, agent (ms)", "", |r: &Row| format!("{:.0}", r.full_ms));
+    table.line("full resync, agent ÷ floor", "≤ 1.25", |r: &Row| format!("**{:.2}**", r.full_ms / r.floor_ms));
+    table
+        .line("Deployment change → control plane's database, p50 (ms)", "", |r: &Row| format!("{:.0}", r.report_p50));
+    table.line("Deployment change → control plane's database, p99 (ms)", "< 1000", |r: &Row| {
+        format!("{:.0}", r.report_p99)
+    });
+    table.line("start on the control plane → applied, p50 (ms)", "", |r: &Row| format!("{:.0}", r.apply_p50));
+    table.line("start on the control plane → applied, p99 (ms)", "≤ 2000", |r: &Row| format!("{:.0}", r.apply_p99));
     println!();
 }

@@ -74,6 +74,23 @@ impl Options {
     }
 }
 
+/// A markdown table with one column per size, printed as it is built.
+pub struct Table<'a, R> {
+    rows: &'a [R],
+}
+
+impl<'a, R> Table<'a, R> {
+    pub fn start(heading: &str, rows: &'a [R], n: impl Fn(&R) -> usize) -> Self {
+        println!("| {heading} | target |{}", rows.iter().map(|r| format!(" N={} |", n(r))).collect::<String>());
+        println!("|---|---|{}", rows.iter().map(|_| "---|").collect::<String>());
+        Self { rows }
+    }
+
+    pub fn line(&self, figure: &str, target: &str, value: impl Fn(&R) -> String) {
+        println!("| {figure} | {target} |{}", self.rows.iter().map(|r| format!(" {} |", value(r))).collect::<String>());
+    }
+}
+
 /// Median and a percentile of samples, in milliseconds.
 pub fn percentile(samples: &[Duration], p: f64) -> f64 {
     if samples.is_empty() {

@@ -113,19 +113,28 @@ pub async fn create(client: &Client, n: usize) -> Workload {
         .await;
     // The deployment controller writes each new Deployment's status once; let it finish, so
     // that what follows measures a quiet cluster.
+    wait_until_observed(client, &id, n, Duration::from_secs(600)).await;
+    eprintln!("  {n} workspaces ready in {:.1?}", started.elapsed());
+    Workload { id, keys, configs }
+}
+
+/// Wait until the `n` Deployments labelled for agent `id` all exist and the deployment
+/// controller has seen each; false if `timeout` passed first.
+pub async fn wait_until_observed(client: &Client, id: &str, n: usize, timeout: Duration) -> bool {
     let api: Api<Deployment> = Api::all(client.clone());
-    let selector = format!("{LABEL_KEY}={id}");
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let params = kube::api::ListParams::default().labels(&format!("{LABEL_KEY}={id}"));
+    let deadline = Instant::now() + timeout;
     loop {
-        let listed = api.list(&kube::api::ListParams::default().labels(&selector)).await.expect("list");
+        let listed = api.list(&params).await.expect("list");
         let observed = listed.items.iter().filter(|d| d.status.as_ref().and_then(|s| s.observed_generation).is_some());
-        if observed.count() == n || Instant::now() > deadline {
-            break;
+        if observed.count() == n {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("  {n} workspaces ready in {:.1?}", started.elapsed());
-    Workload { id, keys, configs }
 }
 
 /// Delete the namespaces and wait until they are gone, so the next size starts quiet.
