@@ -312,8 +312,6 @@ fn full_cycle_start(agent: &AgentProcess, skip: usize) -> jiff::Timestamp {
     at - jiff::SignedDuration::from_millis(elapsed_ms)
 }
 
-/// Wait for the agent's first full cycle, then time `runs` requested full resyncs, each
-/// after a floor run.
 /// An agent under measurement: its process, metrics port, and a label for the progress lines.
 pub struct Measured<'a> {
     pub agent: &'a AgentProcess,
@@ -321,6 +319,8 @@ pub struct Measured<'a> {
     pub label: &'a str,
 }
 
+/// Wait for the agent's first full cycle, then time `runs` requested full resyncs, each
+/// paired with a floor run (`floors`).
 pub async fn full_resyncs(
     measured: Measured<'_>,
     client: &Client,
@@ -336,10 +336,14 @@ pub async fn full_resyncs(
     eprintln!("  {label}: first full cycle after start: {:.1?}", started.elapsed());
     let mut fulls = Vec::new();
     for run in 0..runs {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let floor = floor(client, target).await;
-        floors.push(floor);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Which side goes first alternates, and each waits a random 2–3 s first. In a fixed
+        // order at fixed pauses one side was slower for a whole run, and which one changed
+        // from run to run, for the same requests (BENCHMARKS.md, step 11).
+        let floor_first = run % 2 == 0;
+        if floor_first {
+            floors.push(timed_floor(client, target).await);
+        }
+        pause().await;
         let before = metric(port, APPLIED).await;
         let fulls_logged = agent.cycles_logged("full");
         annotate_resync(target.id, &format!("{label}-{run}"));
@@ -348,9 +352,26 @@ pub async fn full_resyncs(
         let started = full_cycle_start(agent, fulls_logged);
         let took = Duration::try_from(done.duration_since(started)).unwrap_or_default();
         fulls.push(took);
-        eprintln!("  {label} full resync {run}: agent {took:.0?}, floor {floor:.0?}");
+        if !floor_first {
+            floors.push(timed_floor(client, target).await);
+        }
+        let floor = floors.last().copied().unwrap_or_default();
+        let order = if floor_first { "floor first" } else { "agent first" };
+        eprintln!("  {label} full resync {run}: agent {took:.0?}, floor {floor:.0?} ({order})");
     }
     fulls
+}
+
+async fn timed_floor(client: &Client, target: &Target<'_>) -> Duration {
+    pause().await;
+    floor(client, target).await
+}
+
+/// 2–3 s, so that the cluster is quiet and the next run starts at a random phase.
+async fn pause() {
+    let mut byte = [0u8; 1];
+    getrandom::fill(&mut byte).expect("random");
+    tokio::time::sleep(Duration::from_millis(2000 + u64::from(byte[0]) * 1000 / 255)).await;
 }
 
 /// A resourceVersion as a number. They are etcd revisions here, so they compare, and any

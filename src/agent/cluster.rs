@@ -90,6 +90,11 @@ impl Cluster {
         format!("{}={}", self.config.workspace_label_key, self.config.agent_id)
     }
 
+    /// The agent's label, for what it creates besides the workspaces' own config.
+    fn agent_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(self.config.workspace_label_key.clone(), self.config.agent_id.clone())])
+    }
+
     pub fn ledger_api(&self) -> Api<WorkspaceSyncStatus> {
         Api::namespaced(self.client.clone(), &self.config.agent_namespace)
     }
@@ -218,7 +223,7 @@ impl Cluster {
         let object = Namespace {
             metadata: ObjectMeta {
                 name: Some(namespace.to_string()),
-                labels: Some(BTreeMap::from([(self.config.workspace_label_key.clone(), self.config.agent_id.clone())])),
+                labels: Some(self.agent_labels()),
                 ..Default::default()
             },
             ..Default::default()
@@ -285,7 +290,7 @@ impl Cluster {
             metadata: ObjectMeta {
                 name: Some(from.name.clone()),
                 namespace: Some(namespace.to_string()),
-                labels: Some(BTreeMap::from([(self.config.workspace_label_key.clone(), self.config.agent_id.clone())])),
+                labels: Some(self.agent_labels()),
                 annotations: Some(BTreeMap::from([(SOURCE_ANNOTATION.to_string(), source_ref(from))])),
                 ..Default::default()
             },
