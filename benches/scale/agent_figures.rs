@@ -12,7 +12,8 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wsync::agent::apply_plan::{INVENTORY_ID_LABEL, MemberRef};
+use wsync::agent::applier::with_members;
+use wsync::agent::apply_plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
 use wsync::protocol::{
     ActualState, DeploymentInfo, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType,
     WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -248,7 +249,9 @@ async fn floor(client: &Client, target: &Target<'_>) -> Duration {
     let objects: Vec<serde_json::Value> = response
         .workspace_rails_infos
         .iter()
-        .flat_map(|info| as_applied(wsync::yaml::parse_objects(&info.config_to_apply).expect("config")))
+        .flat_map(|info| {
+            as_applied(&info.namespace, wsync::yaml::parse_objects(&info.config_to_apply).expect("config"))
+        })
         .collect();
     futures::stream::iter(&objects)
         .for_each_concurrent(CONCURRENCY, |object| async move {
@@ -258,38 +261,21 @@ async fn floor(client: &Client, target: &Target<'_>) -> Duration {
     started.elapsed()
 }
 
-/// A config's objects as the agent writes them: its inventory ConfigMap carries one key per
-/// member (cli-utils' format, `MemberRef::key`). The real control plane sends the inventory
-/// without them; applied as sent, with the agent's field manager, the floor's apply would be a
-/// real write that empties the agent's inventory, and the agent's next apply one that fills it.
-fn as_applied(objects: Vec<DynamicObject>) -> Vec<serde_json::Value> {
-    let is_inventory =
-        |o: &DynamicObject| o.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(INVENTORY_ID_LABEL));
-    let members: serde_json::Map<String, serde_json::Value> = objects
-        .iter()
-        .filter(|o| !is_inventory(o))
-        .filter_map(|o| {
-            let types = o.types.as_ref()?;
-            let group = types.api_version.rsplit_once('/').map_or("", |(group, _)| group);
-            let member = MemberRef {
-                namespace: o.metadata.namespace.clone()?,
-                name: o.metadata.name.clone()?,
-                group: group.into(),
-                kind: types.kind.clone(),
-            };
-            Some((member.key(), serde_json::Value::String(String::new())))
-        })
-        .collect();
-    objects
+/// A config's objects as the agent writes them: grouped by the agent's own `plan`, each
+/// inventory carrying one key per member (`applier::with_members`). The real control plane
+/// sends inventories without them; applied as sent, with the agent's field manager, the
+/// floor's apply would be a real write that empties the agent's inventory, and the agent's
+/// next apply one that fills it.
+fn as_applied(namespace: &str, objects: Vec<DynamicObject>) -> Vec<serde_json::Value> {
+    let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), AGENT_NAMESPACE);
+    let inventories = plan(objects, namespace, &policy, |_| true).expect("a config the agent accepts");
+    inventories
         .into_iter()
-        .map(|mut object| {
-            if is_inventory(&object)
-                && let Some(fields) = object.data.as_object_mut()
-            {
-                fields.insert("data".into(), serde_json::Value::Object(members.clone()));
-            }
-            serde_json::to_value(object).expect("json")
+        .flat_map(|inventory| {
+            let written = with_members(&inventory.inventory, &inventory.member_refs());
+            std::iter::once(written).chain(inventory.members.into_iter().map(|(_, object)| object))
         })
+        .map(|object| serde_json::to_value(object).expect("json"))
         .collect()
 }
 

@@ -201,7 +201,7 @@ async fn apply_inventory(cluster: &Cluster, inventory: &InventoryApply) -> Resul
 }
 
 /// The inventory object with its data replaced by one empty-valued key per member.
-fn with_members(inventory: &DynamicObject, members: &BTreeSet<MemberRef>) -> DynamicObject {
+pub fn with_members(inventory: &DynamicObject, members: &BTreeSet<MemberRef>) -> DynamicObject {
     let mut object = inventory.clone();
     let data: serde_json::Map<String, serde_json::Value> =
         members.iter().map(|m| (m.key(), serde_json::Value::String(String::new()))).collect();
