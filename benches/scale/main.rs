@@ -65,9 +65,7 @@ impl Options {
             end_to_end_sizes,
         }
     }
-}
 
-impl Options {
     /// Timed full resyncs at N.
     pub fn runs_at(&self, n: usize) -> usize {
         if n <= 100 { self.small_runs } else { self.runs }
