@@ -6,7 +6,7 @@ mod kubelet;
 
 #[tokio::main]
 async fn main() {
-    wsync::install_crypto_provider();
+    wsync::runtime::install_crypto_provider();
     let client = match kube::Client::try_default().await {
         Ok(client) => client,
         Err(error) => {

@@ -1,9 +1,31 @@
 //! `wsync agents …` and `wsync workspaces …`: a client for the control plane's JSON API.
 
-use crate::control_plane::store::Workspace;
+use crate::control_plane::model::{Workspace, now_ms, state_text};
 use crate::protocol::ImagePullSecret;
+use crate::runtime::{TokenFileError, read_token_file};
 use serde_json::Value;
 use std::path::PathBuf;
+
+/// What the CLI tells its user when a command fails.
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("{flag} {value:?}: use {form}")]
+    Usage { flag: &'static str, value: String, form: &'static str },
+    #[error("admin token: {0}")]
+    AdminToken(#[from] TokenFileError),
+    #[error("building the HTTP client: {0}")]
+    HttpClient(reqwest::Error),
+    #[error("{path:?} is not a path below {server}: {reason}")]
+    Url { server: String, path: String, reason: String },
+    #[error("{url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the control plane answered {status}: {message}")]
+    Rejected { status: reqwest::StatusCode, message: String },
+    #[error("unexpected answer from the control plane: {0}")]
+    UnexpectedAnswer(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerArgs {
@@ -42,13 +64,15 @@ pub enum AgentsCommand {
     },
 }
 
-fn parse_pull_secrets(secrets: &[String]) -> crate::Result<Vec<ImagePullSecret>> {
+fn parse_pull_secrets(secrets: &[String]) -> Result<Vec<ImagePullSecret>> {
     secrets
         .iter()
         .map(|s| {
-            let (namespace, name) = s
-                .split_once('/')
-                .ok_or_else(|| crate::Error::Config(format!("--image-pull-secret {s:?}: use <namespace>/<name>")))?;
+            let (namespace, name) = s.split_once('/').ok_or_else(|| Error::Usage {
+                flag: "--image-pull-secret",
+                value: s.clone(),
+                form: "<namespace>/<name>",
+            })?;
             Ok(ImagePullSecret { name: name.into(), namespace: namespace.into() })
         })
         .collect()
@@ -87,18 +111,20 @@ pub enum WorkspacesCommand {
     },
 }
 
-fn client(server: &ServerArgs) -> crate::Result<(reqwest::Client, Option<String>)> {
-    let token = server.admin_token_file.as_deref().map(crate::read_token_file).transpose()?;
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .map_err(|e| crate::Error::Config(e.to_string()))?;
+fn client(server: &ServerArgs) -> Result<(reqwest::Client, Option<String>)> {
+    let token = server.admin_token_file.as_deref().map(read_token_file).transpose()?;
+    let http =
+        reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().map_err(Error::HttpClient)?;
     Ok((http, token))
 }
 
-async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Option<Value>) -> crate::Result<Value> {
+async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
     let (http, token) = client(server)?;
-    let url = server.server.join(path).map_err(|e| crate::Error::Config(e.to_string()))?;
+    let url = server.server.join(path).map_err(|e| Error::Url {
+        server: server.server.to_string(),
+        path: path.to_string(),
+        reason: e.to_string(),
+    })?;
     let mut request = http.request(method, url.clone());
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -106,18 +132,20 @@ async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Op
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let fail = |message: String| crate::Error::Config(message);
-    let response = request.send().await.map_err(|e| fail(format!("{url}: {}", e.without_url())))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| Error::Unreachable { url: url.to_string(), reason: e.without_url().to_string() })?;
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if !status.is_success() {
-        let message = body["error"].as_str().unwrap_or("no details");
-        return Err(fail(format!("the control plane answered {status}: {message}")));
+        let message = body["error"].as_str().unwrap_or("no details").to_string();
+        return Err(Error::Rejected { status, message });
     }
     Ok(body)
 }
 
-pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> crate::Result<()> {
+pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
     match command {
         AgentsCommand::Register { id, image_pull_secrets } => {
             let secrets = parse_pull_secrets(&image_pull_secrets)?;
@@ -144,19 +172,21 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> crate::Resul
     Ok(())
 }
 
-pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCommand) -> crate::Result<()> {
+pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCommand) -> Result<()> {
     let base = format!("api/v1/agents/{agent}/workspaces");
     let (method, path, body) = match &command {
         WorkspacesCommand::Create { name, image, cpu, memory, env } => {
             let env: serde_json::Map<String, Value> = env
                 .iter()
                 .map(|kv| {
-                    let (k, v) = kv
-                        .split_once('=')
-                        .ok_or_else(|| crate::Error::Config(format!("--env {kv:?}: use KEY=VALUE")))?;
+                    let (k, v) = kv.split_once('=').ok_or_else(|| Error::Usage {
+                        flag: "--env",
+                        value: kv.clone(),
+                        form: "KEY=VALUE",
+                    })?;
                     Ok((k.to_string(), Value::from(v)))
                 })
-                .collect::<crate::Result<_>>()?;
+                .collect::<Result<_>>()?;
             let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env });
             (reqwest::Method::POST, base.clone(), Some(body))
         }
@@ -176,8 +206,8 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
         Value::Array(_) => serde_json::from_value(answer),
         single => serde_json::from_value(single).map(|w| vec![w]),
     }
-    .map_err(|e| crate::Error::Config(format!("unexpected answer from the control plane: {e}")))?;
-    print!("{}", table(&list, crate::control_plane::store::now_ms()));
+    .map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
+    print!("{}", table(&list, now_ms()));
     Ok(())
 }
 
@@ -190,13 +220,7 @@ pub fn table(workspaces: &[Workspace], now: i64) -> String {
                 Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
                 None => "never".into(),
             };
-            [
-                w.name.clone(),
-                w.namespace.clone(),
-                crate::control_plane::store::state_text(&w.desired_state),
-                crate::control_plane::store::state_text(&w.actual_state),
-                report,
-            ]
+            [w.name.clone(), w.namespace.clone(), state_text(&w.desired_state), state_text(&w.actual_state), report]
         })
         .collect();
     let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];

@@ -1,7 +1,8 @@
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use wsync::agent::AgentArgs;
 use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
+use wsync::runtime::{LogFormat, init_logging, install_crypto_provider};
 
 /// jemalloc unless built with `--no-default-features` (Cargo.toml, BENCHMARKS.md). Its own
 /// thread returns freed pages to the OS a second after they are freed.
@@ -55,34 +56,9 @@ enum Command {
     Crd,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Install the subscriber; the returned handle changes the level filter while running.
-fn init_logging(format: LogFormat) -> wsync::LogLevelHandle {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    let registry = tracing_subscriber::registry().with(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => registry.with(fmt).init(),
-        LogFormat::Json => registry.with(fmt.json().flatten_event(true).with_current_span(true)).init(),
-    }
-    std::sync::Arc::new(move |directives: &str| {
-        let filter = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
-        handle.reload(filter).map_err(|e| e.to_string())
-    })
-}
-
 fn main() -> ExitCode {
     // Before the runtime's threads: arenas are made per thread.
-    wsync::agent::memory::configure_allocator();
+    wsync::allocator::configure_allocator();
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime.block_on(run()),
         Err(error) => {
@@ -107,20 +83,20 @@ async fn run() -> ExitCode {
         },
         Command::Agent(args) => {
             let log_level = init_logging(cli.log_format);
-            wsync::install_crypto_provider();
+            install_crypto_provider();
             exit(wsync::agent::run(*args, log_level).await)
         }
         Command::ControlPlane(args) => {
             init_logging(cli.log_format);
-            wsync::install_crypto_provider();
+            install_crypto_provider();
             exit(wsync::control_plane::run(*args).await)
         }
         Command::Agents { server, command } => {
-            wsync::install_crypto_provider();
+            install_crypto_provider();
             report(wsync::cli::agents(&server, command).await)
         }
         Command::Workspaces { server, agent, command } => {
-            wsync::install_crypto_provider();
+            install_crypto_provider();
             let Some(agent) = agent else {
                 eprintln!("error: --agent <ID> (or WSYNC_AGENT_ID) is required");
                 return ExitCode::from(2);
@@ -130,7 +106,7 @@ async fn run() -> ExitCode {
     }
 }
 
-fn exit(result: wsync::Result<()>) -> ExitCode {
+fn exit<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -141,7 +117,7 @@ fn exit(result: wsync::Result<()>) -> ExitCode {
 }
 
 /// CLI errors go to stderr as plain text.
-fn report(result: wsync::Result<()>) -> ExitCode {
+fn report<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

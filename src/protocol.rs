@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod deployment_info;
+pub mod inventory;
 pub use deployment_info::{DeploymentFacts, DeploymentInfo};
 
 /// Default path of the reconcile endpoint, below the control-plane URL.

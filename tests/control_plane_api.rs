@@ -15,7 +15,7 @@ struct Server {
 }
 
 async fn serve(admin_token: Option<&str>) -> Server {
-    wsync::install_crypto_provider();
+    wsync::runtime::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::connect(&format!("sqlite://{}/cp.db", dir.path().display())).await.unwrap();
     let state = Arc::new(AppState {

@@ -5,8 +5,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wsync::ControlPlaneError;
-use wsync::agent::control_plane::{ControlPlaneClient, ControlPlaneConfig};
+use wsync::agent::control_plane_client::{ControlPlaneClient, ControlPlaneConfig};
+use wsync::agent::error::ControlPlaneError;
 use wsync::protocol::{RECONCILE_PATH, ReconcileRequest, UpdateType};
 
 #[derive(Default)]
@@ -41,7 +41,7 @@ async fn serve(status: u16, body: &'static str, delay: Duration) -> (reqwest::Ur
 }
 
 fn client(url: reqwest::Url, token_file: &std::path::Path) -> ControlPlaneClient {
-    wsync::install_crypto_provider();
+    wsync::runtime::install_crypto_provider();
     ControlPlaneClient::new(&ControlPlaneConfig {
         base_url: url,
         reconcile_path: RECONCILE_PATH.into(),

@@ -99,3 +99,27 @@ fn prerequisites_ignore_unknown_fields() {
     let p: Prerequisites = serde_json::from_str(r#"{"shared_namespace": "", "extra": 1}"#).expect("parses");
     assert_eq!(p.shared_namespace, "");
 }
+
+/// The halves meet only over HTTP, so this is where their contract is checked: what the
+/// control plane builds, the agent's default apply policy takes whole, as one inventory.
+#[test]
+fn the_control_planes_config_passes_the_agents_apply_policy_as_one_inventory() {
+    use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+    use wsync::control_plane::config_builder::{WorkspaceSpec, build};
+    let spec = WorkspaceSpec {
+        name: "alice".into(),
+        namespace: "wsync-1-alice".into(),
+        image: "busybox:1.36".into(),
+        cpu: Some("500m".into()),
+        memory: Some("256Mi".into()),
+        env: Default::default(),
+        agent_id: "1".into(),
+        label_key: wsync::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY.into(),
+        image_pull_secrets: vec!["regcred".into()],
+    };
+    let objects = wsync::yaml::parse_objects(&build(&spec, DesiredState::Running).expect("config")).expect("yaml");
+    let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
+    let plans = plan(objects, "wsync-1-alice", &policy, |_| true).expect("the agent accepts it");
+    assert_eq!(plans.len(), 1);
+    assert_eq!(plans[0].members.len(), 4);
+}

@@ -4,9 +4,10 @@
 use serde_json::json;
 use std::process::Command;
 use std::sync::OnceLock;
+use wsync::control_plane::model::NewWorkspace;
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
-use wsync::control_plane::store::{NewWorkspace, Store, StoreError};
+use wsync::control_plane::store::{Store, StoreError};
 use wsync::protocol::*;
 
 fn pipeline() -> PipelineConfig {
@@ -121,7 +122,7 @@ async fn suite(store: Store) {
 
 /// Two replicas may overlap for a moment: their reconciles wait for each other, and none fails
 /// (on PostgreSQL, rows locked in different orders used to deadlock).
-async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &wsync::control_plane::store::Agent) {
+async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &wsync::control_plane::model::Agent) {
     let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     for name in &names {
         let new = NewWorkspace {
@@ -133,7 +134,7 @@ async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &w
         };
         store.create_workspace(&agent.id, &new).await.unwrap();
     }
-    let namespace = |name: &str| wsync::control_plane::store::workspace_namespace(&agent.id, name);
+    let namespace = |name: &str| wsync::control_plane::model::workspace_namespace(&agent.id, name);
     let runs = (0..16).map(|round| {
         let mut infos: Vec<WorkspaceAgentInfo> = names
             .iter()
@@ -185,7 +186,7 @@ async fn sqlite_reconciles_committed_together_fail_alone() {
     let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
     sqlx::query("UPDATE workspaces SET desired_state = 'Bogus' WHERE agent_id = 'broken'").execute(&raw).await.unwrap();
 
-    let namespace = |agent: &str| wsync::control_plane::store::workspace_namespace(agent, "ws");
+    let namespace = |agent: &str| wsync::control_plane::model::workspace_namespace(agent, "ws");
     let runs = (0..40).map(|round| {
         let agent = &agents[round % 2];
         let info = WorkspaceAgentInfo {

@@ -1,5 +1,8 @@
 //! The agent's figures at one N: full resync against its floor, the idle partial cycle,
 //! memory, latencies, and the WorkspaceSyncStatus size.
+//!
+//! Longer than 400 lines: one measurement procedure (BENCHMARKS.md, "What it does"), read top
+//! to bottom; its parts share the agent under test, the workload and the floor.
 
 use crate::support::stub::{Reply, STUB_TOKEN, StubControlPlane};
 use crate::support::{self, AGENT_NAMESPACE, AgentProcess, LABEL_KEY};
@@ -12,8 +15,8 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wsync::agent::applier::with_members;
-use wsync::agent::apply_plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+use wsync::agent::apply::plan::with_members;
+use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
 use wsync::protocol::{
     ActualState, DeploymentInfo, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType,
     WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -171,12 +174,7 @@ pub async fn start_agent(id: &str, url: &str, token: &str, port: u16, apply_cach
     let agent = AgentProcess::start_with_token(support::env(), id, url, token, &args).keep_cluster_state();
     let level = format!("http://{address}/loglevel");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while http()
-        .put(&level)
-        .body("info,wsync::agent::memory=debug")
-        .send()
-        .await
-        .map_or(true, |r| !r.status().is_success())
+    while http().put(&level).body("info,wsync::allocator=debug").send().await.map_or(true, |r| !r.status().is_success())
     {
         assert!(Instant::now() < deadline, "the agent's metrics endpoint never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -279,28 +277,18 @@ fn as_applied(namespace: &str, objects: Vec<DynamicObject>) -> Vec<serde_json::V
         .collect()
 }
 
-/// When the full cycle after the first `skip` ones began: its "sync cycle done" line's time,
-/// minus the cycle's own elapsed time. The clock starts when the cycle begins, not when the
-/// request for it was made, so the leading-edge gap between cycles is not counted.
-fn full_cycle_start(agent: &AgentProcess, skip: usize) -> jiff::Timestamp {
-    let logs = agent.logs();
-    let line = logs
-        .lines()
-        .filter(|l| l.contains("sync cycle done") && l.contains("update_type=full"))
-        .nth(skip)
-        .expect("the requested full cycle in the agent's log");
-    let at: jiff::Timestamp = line.split_whitespace().next().and_then(|t| t.parse().ok()).expect("a timestamp");
-    let elapsed_ms: i64 = line
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("elapsed_ms="))
-        .and_then(|ms| ms.parse().ok())
-        .expect("elapsed_ms");
-    at - jiff::SignedDuration::from_millis(elapsed_ms)
+/// When the latest full cycle began, from the agent's own gauge. The clock starts when the
+/// cycle begins, not when the request for it was made, so the leading-edge gap between cycles
+/// is not counted.
+async fn full_cycle_start(port: u16) -> jiff::Timestamp {
+    let seconds = metric(port, FULL_CYCLE_STARTED).await;
+    jiff::Timestamp::from_millisecond((seconds * 1000.0) as i64).expect("a start time")
 }
 
-/// An agent under measurement: its process, metrics port, and a label for the progress lines.
+pub const FULL_CYCLE_STARTED: &str = "wsync_sync_cycle_last_start_timestamp_seconds{update_type=\"full\"}";
+
+/// An agent under measurement: its metrics port, and a label for the progress lines.
 pub struct Measured<'a> {
-    pub agent: &'a AgentProcess,
     pub port: u16,
     pub label: &'a str,
 }
@@ -314,7 +302,7 @@ pub async fn full_resyncs(
     runs: usize,
     floors: &mut Vec<Duration>,
 ) -> Vec<Duration> {
-    let Measured { agent, port, label } = measured;
+    let Measured { port, label } = measured;
     let n = target.n;
     let long = Duration::from_secs(60 + n as u64 / 10);
     let started = Instant::now();
@@ -331,11 +319,10 @@ pub async fn full_resyncs(
         }
         pause().await;
         let before = metric(port, APPLIED).await;
-        let fulls_logged = agent.cycles_logged("full");
         annotate_resync(target.id, &format!("{label}-{run}"));
         wait_for_metric(port, APPLIED, before + n as f64, long).await;
         let done = jiff::Timestamp::now();
-        let started = full_cycle_start(agent, fulls_logged);
+        let started = full_cycle_start(port).await;
         let took = Duration::try_from(done.duration_since(started)).unwrap_or_default();
         fulls.push(took);
         if !floor_first {
@@ -392,7 +379,7 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     // with it; each run alternates with the floor.
     let port = support::free_port();
     let uncached = start_agent(&workload.id, &stub.url, STUB_TOKEN, port, false).await;
-    let measured = Measured { agent: &uncached, port, label: "uncached" };
+    let measured = Measured { port, label: "uncached" };
     let fulls_uncached = full_resyncs(measured, &agent_client, &target, runs, &mut floors).await;
     // SIGTERM releases the Lease, so the successor needs no expiry.
     let mut uncached = uncached;
@@ -400,7 +387,7 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     let port = support::free_port();
     let agent = start_agent(&workload.id, &stub.url, STUB_TOKEN, port, true).await;
     let pid = agent.pid().expect("pid");
-    let measured = Measured { agent: &agent, port, label: "cached" };
+    let measured = Measured { port, label: "cached" };
     let fulls = full_resyncs(measured, &agent_client, &target, runs, &mut floors).await;
 
     // 2. Idle partial cycles.

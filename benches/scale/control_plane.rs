@@ -7,9 +7,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wsync::control_plane::api::{AppState, router};
+use wsync::control_plane::model::{NewWorkspace, workspace_namespace};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
-use wsync::control_plane::store::{NewWorkspace, Store, workspace_namespace};
+use wsync::control_plane::store::Store;
 use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
 
 const INFOS: usize = 50;

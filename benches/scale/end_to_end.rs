@@ -97,7 +97,7 @@ pub async fn measure(n: usize, options: &Options) -> Row {
     // 1. Full resync, against a floor that posts to the same control plane.
     let target = Target { id: &id, n, url: &control_plane.url, token: &token };
     let mut floors = Vec::new();
-    let measured = Measured { agent: &agent, port, label: "end to end" };
+    let measured = Measured { port, label: "end to end" };
     let fulls = agent_figures::full_resyncs(measured, &agent_client, &target, options.runs_at(n), &mut floors).await;
 
     // 2. A Deployment change reaching the control plane's database.

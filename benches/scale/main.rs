@@ -140,7 +140,7 @@ fn machine() -> Vec<(String, String)> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    wsync::install_crypto_provider();
+    wsync::runtime::install_crypto_provider();
     let options = Options::from_env();
     println!("# wsync scale benchmark\n");
     for (what, value) in machine() {

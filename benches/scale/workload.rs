@@ -11,6 +11,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use wsync::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 
 pub const PER_NAMESPACE: usize = 100;
 pub const FIELD_MANAGER: &str = "wsync";
@@ -30,7 +31,7 @@ pub fn deployment(namespace: &str, name: &str, id: &str, inventory: &str, marker
             "name": name,
             "namespace": namespace,
             "labels": { LABEL_KEY: id, "app": name },
-            "annotations": { "config.k8s.io/owning-inventory": inventory, "bench.wsync.dev/desired": marker },
+            "annotations": { OWNING_INVENTORY_ANNOTATION: inventory, "bench.wsync.dev/desired": marker },
         },
         "spec": {
             "replicas": 0,
@@ -46,14 +47,16 @@ pub fn deployment(namespace: &str, name: &str, id: &str, inventory: &str, marker
 
 pub fn inventory(namespace: &str, name: &str, id: &str) -> Value {
     let inventory = format!("{name}-inventory");
-    let member = format!("{namespace}_{name}_apps_Deployment");
+    let member =
+        MemberRef { namespace: namespace.into(), name: name.into(), group: "apps".into(), kind: "Deployment".into() }
+            .key();
     json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": inventory,
             "namespace": namespace,
-            "labels": { "cli-utils.sigs.k8s.io/inventory-id": inventory, LABEL_KEY: id },
+            "labels": { INVENTORY_ID_LABEL: inventory, LABEL_KEY: id },
         },
         "data": { member: "" },
     })

@@ -1,5 +1,7 @@
 //! `/metrics` (Prometheus, `wsync_*`), `/healthz` and `/readyz` for the agent.
 
+use super::error::Error;
+use crate::runtime::LogLevelHandle;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -49,6 +51,8 @@ pub struct Metrics {
     pub control_plane_duration: Histogram,
     pub control_plane_requests: Family<StatusLabel, Counter>,
     pub last_success: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
+    /// When the latest cycle of each type began: the bench times cycles from it.
+    pub last_start: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     pub leader: Gauge,
     registry: Registry,
     crd_present: AtomicBool,
@@ -66,6 +70,7 @@ impl Metrics {
         let control_plane_duration = seconds_histogram();
         let control_plane_requests = Family::<StatusLabel, Counter>::default();
         let last_success = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
+        let last_start = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let leader = Gauge::default();
         registry.register("sync_cycles", "Sync cycles by update type and result", cycles.clone());
         registry.register("sync_cycle_duration_seconds", "Sync cycle duration", cycle_duration.clone());
@@ -87,6 +92,11 @@ impl Metrics {
             "When the last successful cycle of each type ended",
             last_success.clone(),
         );
+        registry.register(
+            "sync_cycle_last_start_timestamp_seconds",
+            "When the latest cycle of each type began",
+            last_start.clone(),
+        );
         registry.register("leader", "1 while this replica holds the Lease", leader.clone());
         Arc::new(Self {
             cycles,
@@ -97,6 +107,7 @@ impl Metrics {
             control_plane_duration,
             control_plane_requests,
             last_success,
+            last_start,
             leader,
             registry,
             crd_present: AtomicBool::new(false),
@@ -112,6 +123,11 @@ impl Metrics {
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
         self.leading_cycle_done.store(false, Ordering::Relaxed);
+    }
+
+    pub fn cycle_started(&self, update_type: crate::protocol::UpdateType) {
+        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        self.last_start.get_or_create(&UpdateTypeLabel { update_type: update_type.to_string() }).set(now);
     }
 
     pub fn cycle_completed(&self) {
@@ -136,7 +152,7 @@ impl Metrics {
 #[derive(Clone)]
 struct Endpoints {
     metrics: Arc<Metrics>,
-    log_level: crate::LogLevelHandle,
+    log_level: LogLevelHandle,
 }
 
 impl axum::extract::FromRef<Endpoints> for Arc<Metrics> {
@@ -156,7 +172,7 @@ async fn set_log_level(State(endpoints): State<Endpoints>, body: String) -> axum
     }
 }
 
-fn router(metrics: Arc<Metrics>, log_level: crate::LogLevelHandle) -> axum::Router {
+fn router(metrics: Arc<Metrics>, log_level: LogLevelHandle) -> axum::Router {
     axum::Router::new()
         .route(
             "/metrics",
@@ -183,12 +199,11 @@ fn router(metrics: Arc<Metrics>, log_level: crate::LogLevelHandle) -> axum::Rout
 pub async fn serve(
     address: std::net::SocketAddr,
     metrics: Arc<Metrics>,
-    log_level: crate::LogLevelHandle,
-) -> crate::Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|e| crate::Error::Config(format!("metrics address {address}: {e}")))?;
-    let bound = listener.local_addr().map_err(|e| crate::Error::Config(e.to_string()))?;
+    log_level: LogLevelHandle,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let listener =
+        tokio::net::TcpListener::bind(address).await.map_err(|source| Error::MetricsAddress { address, source })?;
+    let bound = listener.local_addr().map_err(|source| Error::MetricsAddress { address, source })?;
     tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
     Ok(tokio::spawn(async move {
         let _ = axum::serve(listener, router(metrics, log_level)).await;

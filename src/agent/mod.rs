@@ -1,31 +1,34 @@
-//! The in-cluster agent (DESIGN §2).
+//! The in-cluster agent (DESIGN §2), in three wings: `sync` decides (pure), `apply` owns
+//! one workspace's apply, `k8s` holds the loop's own calls. `controller` runs the loop,
+//! `actions` the applies it starts; `context` is what a term shares.
 
-pub mod applier;
-pub mod apply_cache;
-pub mod apply_plan;
-pub mod cluster;
-pub mod control_plane;
+pub mod actions;
+pub mod apply;
+pub mod context;
+pub mod control_plane_client;
 pub mod controller;
-pub mod cycle;
-pub mod errors;
-pub mod index;
-pub mod ledger;
-pub mod memory;
+pub mod error;
+pub mod k8s;
 pub mod metrics;
-pub mod pull_secrets;
-pub mod slim;
-pub mod workspace;
+pub mod retry;
+pub mod sync;
 
-use crate::{Error, Result};
-use cluster::{Cluster, ClusterConfig};
-use control_plane::{ControlPlaneClient, ControlPlaneConfig};
-use controller::{Context, LoopConfig};
-use index::SharedIndex;
+use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
+use crate::runtime::{LogLevelHandle, parse_duration, shutdown_signal};
+use apply::Applier;
+use apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS};
+use context::{Context, LoopConfig, Parts};
+use control_plane_client::{ControlPlaneClient, ControlPlaneConfig};
+use error::{Error, Result};
+use k8s::{Cluster, ClusterConfig};
 use kube_lease_manager::LeaseManagerBuilder;
-use ledger::Ledger;
+use retry::retry_transient;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use sync::backoff::Backoff;
+use sync::index::SharedIndex;
+use sync::ledger::Ledger;
 use tokio::sync::watch;
 
 /// `wsync agent` flags; each has an environment fallback for use in a Deployment.
@@ -58,7 +61,7 @@ pub struct AgentArgs {
     pub namespace: String,
 
     /// Label whose value is the agent id on every workspace Deployment.
-    #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = "agent.gitlab.com/id")]
+    #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = DEFAULT_WORKSPACE_LABEL_KEY)]
     pub workspace_label_key: String,
 
     /// Field manager for server-side apply and status writes.
@@ -99,31 +102,13 @@ pub struct AgentArgs {
     /// Kinds the control plane may apply, as `Kind` (core group) or `group/Kind`. RBAC kinds
     /// and cluster-scoped objects are refused whatever this says.
     #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
-          default_values_t = apply_plan::DEFAULT_ALLOWED_KINDS.iter().map(|k| k.to_string()))]
+          default_values_t = DEFAULT_ALLOWED_KINDS.iter().map(|k| k.to_string()))]
     pub allowed_kinds: Vec<String>,
-}
-
-/// Parse `500ms`, `5s`, `2m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("invalid duration {text:?}"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!("invalid duration unit in {text:?}; use ms, s, m or h"));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
 /// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
 /// syncing at once, and shutting down releases it so that a successor need not wait.
-pub async fn run(args: AgentArgs, log_level: crate::LogLevelHandle) -> Result<()> {
+pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -132,10 +117,15 @@ pub async fn run(args: AgentArgs, log_level: crate::LogLevelHandle) -> Result<()
     });
     let metrics = metrics::Metrics::new();
     let server = metrics::serve(args.metrics_address, metrics.clone(), log_level).await?;
-    retry_transient("checking the WorkspaceSyncStatus CRD", &stop, || async {
-        Cluster::new(client.clone(), cluster_config(&args)).check_crd().await
-    })
-    .await?;
+    let stopped = || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let cluster = Cluster::new(client.clone(), cluster_config(&args));
+    retry_transient("checking the WorkspaceSyncStatus CRD", Backoff::START_UP, stopped(), || cluster.check_crd())
+        .await?;
     metrics.set_crd_present();
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
@@ -143,7 +133,7 @@ pub async fn run(args: AgentArgs, log_level: crate::LogLevelHandle) -> Result<()
         format!("{}-{}", host.trim(), std::process::id())
     });
     let lease_name = format!("wsync-agent-{}", args.agent_id);
-    let lease = retry_transient("creating the leader Lease", &stop, || async {
+    let lease = retry_transient("creating the leader Lease", Backoff::START_UP, stopped(), || async {
         LeaseManagerBuilder::new(client.clone(), &lease_name)
             .with_namespace(&args.namespace)
             .with_identity(&identity)
@@ -152,7 +142,7 @@ pub async fn run(args: AgentArgs, log_level: crate::LogLevelHandle) -> Result<()
             .with_field_manager(&args.field_manager)
             .build()
             .await
-            .map_err(|e| Error::Lease(format!("{lease_name}: {e}")))
+            .map_err(|e| Error::Lease { lease: lease_name.clone(), reason: e.to_string() })
     })
     .await?;
     let (leader, lease_task) = lease.watch().await;
@@ -201,31 +191,6 @@ fn cluster_config(args: &AgentArgs) -> ClusterConfig {
     }
 }
 
-/// Retry a start-up step with backoff while it fails transiently; a missing CRD or a bad
-/// configuration fails at once, and a shutdown request ends the wait.
-async fn retry_transient<T, F, Fut>(what: &str, stop: &watch::Receiver<bool>, mut step: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match step().await {
-            Ok(value) => return Ok(value),
-            Err(error @ (Error::CrdMissing | Error::Config(_))) => return Err(error),
-            Err(error) => {
-                tracing::warn!(%error, retry_in_s = delay.as_secs_f32(), "{what} failed; retrying");
-                let mut stop = stop.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {},
-                    _ = stop.wait_for(|s| *s) => return Err(error),
-                }
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
 /// One term as leader: sync until shutdown (graceful: the cycle in flight finishes and the
 /// status is written) or until the Lease is lost (at once: the cycle and its applies are
 /// dropped). Everything is built fresh, so the first cycle of every term is full.
@@ -246,8 +211,16 @@ async fn lead(
         connect_timeout: args.connect_timeout,
         request_timeout: args.request_timeout,
     })?;
-    let (wss, created) =
-        retry_transient("reading the WorkspaceSyncStatus", &stop, || cluster.ensure_ledger_object()).await?;
+    let stopped = {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let (wss, created) = retry_transient("reading the WorkspaceSyncStatus", Backoff::START_UP, stopped, || {
+        cluster.ensure_ledger_object()
+    })
+    .await?;
     if created {
         tracing::info!(agent = %args.agent_id, namespace = %args.namespace, "created the WorkspaceSyncStatus");
     }
@@ -260,24 +233,22 @@ async fn lead(
     );
 
     let index = SharedIndex::default();
-    let ctx = Arc::new(Context::new(
+    let policy = ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone());
+    let parts = Parts {
+        applier: Applier::new(client.clone(), cluster_config(args), policy),
         cluster,
         control_plane,
-        index.clone(),
-        LoopConfig {
-            min_cycle_gap: args.min_cycle_gap,
-            apply_concurrency: args.apply_concurrency,
-            policy: apply_plan::ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone()),
-        },
-        ledger,
-        wss.status.clone(),
+        index: index.clone(),
+        config: LoopConfig { min_cycle_gap: args.min_cycle_gap, apply_concurrency: args.apply_concurrency },
         metrics,
-    ));
+        leading: leader.clone(),
+    };
+    let ctx = Arc::new(Context::new(parts, ledger, wss.status.as_ref()));
 
     let watch_ctx = ctx.clone();
-    let watcher = tokio::spawn(async move { watch_ctx.cluster().watch_workspaces(index).await });
+    let watcher = tokio::spawn(async move { watch_ctx.cluster.watch_workspaces(index).await });
     let cache_ctx = ctx.clone();
-    let cache_watcher = tokio::spawn(async move { cache_ctx.cluster().watch_apply_cache().await });
+    let cache_watcher = tokio::spawn(async move { cache_ctx.applier.watch_caches().await });
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
         let _ = graceful_rx.await;
@@ -295,41 +266,4 @@ async fn lead(
     watcher.abort();
     cache_watcher.abort();
     Ok(())
-}
-
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("shutdown requested");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-    }
 }

@@ -1,8 +1,9 @@
 //! HTTP: the agent-facing protocol endpoints, the JSON API for agents and workspaces, and the
 //! server-rendered web page.
 
+use super::model::{Agent, NewWorkspace, Workspace, now_ms};
 use super::pipeline::{self, PipelineConfig};
-use super::store::{NewWorkspace, Store, StoreError};
+use super::store::{Store, StoreError};
 use super::ui;
 use crate::protocol::{
     DesiredState, ErrorBody, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest,
@@ -84,7 +85,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// 401 for a missing or unknown token, the same either way: it never says whether an agent exists.
-async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<super::store::Agent, ApiError> {
+async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Agent, ApiError> {
     let token = bearer(headers).ok_or_else(unauthorized)?;
     state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
 }
@@ -243,7 +244,7 @@ async fn set_desired(
     state: &AppState,
     headers: &HeaderMap,
     (agent, name, action): (String, String, String),
-) -> Result<super::store::Workspace, ApiError> {
+) -> Result<Workspace, ApiError> {
     authorize_admin(state, headers)?;
     let desired = desired_for_action(&action)
         .ok_or_else(|| not_found(format!("unknown action {action:?}; use start, stop, restart or terminate")))?;
@@ -262,7 +263,7 @@ async fn workspace_action(
 async fn agent_page(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
     known_agent(&state, &headers, &agent).await?;
     let workspaces = state.store.workspaces(&agent).await?;
-    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, super::store::now_ms())).into_response())
+    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, now_ms())).into_response())
 }
 
 async fn page_action(

@@ -5,12 +5,11 @@
 //! as the apiserver prints them and no field is set that the server would default differently,
 //! so re-applying an unchanged config changes no resourceVersion.
 
-use crate::agent::apply_plan::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
 use crate::protocol::DesiredState;
+use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION, PARTIAL_RECONCILIATION_ANNOTATION};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-pub const PARTIAL_RECONCILIATION_ANNOTATION: &str = "workspaces.gitlab.com/include-in-partial-reconciliation";
 /// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
 pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;
 
@@ -138,7 +137,6 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::apply_plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
 
     fn spec() -> WorkspaceSpec {
         WorkspaceSpec {
@@ -180,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn the_agents_policy_accepts_it_as_one_whole_inventory() {
+    fn every_member_belongs_to_the_one_inventory() {
         let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
         let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
         assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "PersistentVolumeClaim", "ServiceAccount"]);
@@ -190,10 +188,7 @@ mod tests {
             assert_eq!(annotations[PARTIAL_RECONCILIATION_ANNOTATION], "true");
             assert_eq!(member.metadata.labels.as_ref().unwrap()["agent.gitlab.com/id"], "1");
         }
-        let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
-        let plans = plan(objects, "wsync-1-alice", &policy, |_| true).unwrap();
-        assert_eq!(plans.len(), 1);
-        assert_eq!(plans[0].members.len(), 4);
+        assert_eq!(objects[0].metadata.labels.as_ref().unwrap()[INVENTORY_ID_LABEL], "alice-workspace-inventory");
     }
 
     #[test]

@@ -2,13 +2,17 @@
 
 pub mod api;
 pub mod config_builder;
+pub mod error;
+pub mod model;
 pub mod pipeline;
 pub mod rules;
-mod sqlite_writer;
 pub mod store;
 pub mod ui;
 
 use crate::protocol::Settings;
+use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
+use crate::runtime::{parse_duration, read_token_file, shutdown_signal};
+use error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,28 +39,28 @@ pub struct ControlPlaneArgs {
     pub partial_reconciliation_interval_seconds: u64,
 
     /// Stop a workspace that has run this long since its desired state last changed.
-    #[arg(long, env = "WSYNC_MAX_RUNNING", default_value = "36h", value_parser = crate::agent::parse_duration)]
+    #[arg(long, env = "WSYNC_MAX_RUNNING", default_value = "36h", value_parser = parse_duration)]
     pub max_running: std::time::Duration,
 
     /// Terminate a workspace that has been stopped this long.
-    #[arg(long, env = "WSYNC_MAX_STOPPED", default_value = "744h", value_parser = crate::agent::parse_duration)]
+    #[arg(long, env = "WSYNC_MAX_STOPPED", default_value = "744h", value_parser = parse_duration)]
     pub max_stopped: std::time::Duration,
 
     /// Label key that marks a workspace's objects with its agent id.
-    #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = "agent.gitlab.com/id")]
+    #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = DEFAULT_WORKSPACE_LABEL_KEY)]
     pub workspace_label_key: String,
 }
 
-pub async fn run(args: ControlPlaneArgs) -> crate::Result<()> {
+pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let settings = Settings {
         full_reconciliation_interval_seconds: args.full_reconciliation_interval_seconds,
         partial_reconciliation_interval_seconds: args.partial_reconciliation_interval_seconds,
     };
-    settings.validate().map_err(crate::Error::Config)?;
-    let admin_token = args.admin_token_file.as_deref().map(crate::read_token_file).transpose()?;
+    settings.validate().map_err(Error::Settings)?;
+    let admin_token = args.admin_token_file.as_deref().map(read_token_file).transpose()?;
     let store = store::Store::connect(&args.database_url)
         .await
-        .map_err(|e| crate::Error::Config(format!("database {}: {e}", redact(&args.database_url))))?;
+        .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let state = Arc::new(api::AppState {
         store,
@@ -74,12 +78,9 @@ pub async fn run(args: ControlPlaneArgs) -> crate::Result<()> {
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| crate::Error::Config(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|source| Error::Listen { address: args.listen, source })?;
     tracing::info!(listen = %args.listen, database = %redact(&args.database_url), "control plane serving");
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(crate::agent::shutdown_signal())
-        .await
-        .map_err(|e| crate::Error::Config(format!("server: {e}")))?;
+    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await.map_err(Error::Serve)?;
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! The server-rendered page for one agent's workspaces. Every value is escaped.
 
-use super::store::{Workspace, state_text};
+use super::model::{Workspace, state_text};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {

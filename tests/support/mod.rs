@@ -2,9 +2,12 @@
 //! child process, kubectl, the audit log, and a scripted control-plane stub.
 #![allow(dead_code)]
 
+pub mod control_plane;
 pub mod kubelet;
 pub mod stub;
 pub mod system;
+
+pub use control_plane::ControlPlaneProcess;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const AGENT_NAMESPACE: &str = "wsync-system";
-pub const LABEL_KEY: &str = "agent.gitlab.com/id";
+pub const LABEL_KEY: &str = wsync::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
 /// The user the agent's kubeconfig authenticates as; the audit log names it.
 pub const AGENT_USER: &str = "wsync-agent";
 /// Marks the namespaces a test created, so that it can clean them up.
@@ -143,6 +146,8 @@ pub struct AgentProcess {
     starts: u32,
     /// Delete the agent's WorkspaceSyncStatus and namespaces when dropped.
     cleanup: bool,
+    /// Where `/metrics` is served (0: not known).
+    pub metrics_port: u16,
 }
 
 impl AgentProcess {
@@ -174,11 +179,17 @@ impl AgentProcess {
         if !extra.contains(&"--request-timeout") {
             args.extend(["--request-timeout".into(), "2s".into()]);
         }
-        if !extra.contains(&"--metrics-address") {
-            args.extend(["--metrics-address".into(), "127.0.0.1:0".into()]);
-        }
+        let metrics_port = match extra.iter().position(|a| *a == "--metrics-address") {
+            Some(i) => extra.get(i + 1).and_then(|a| a.rsplit_once(':')?.1.parse().ok()).unwrap_or(0),
+            None => {
+                let port = free_port();
+                args.extend(["--metrics-address".into(), format!("127.0.0.1:{port}")]);
+                port
+            }
+        };
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut agent = Self { id: id.into(), child: None, args, kubeconfig, dir, starts: 0, cleanup: true };
+        let mut agent =
+            Self { id: id.into(), child: None, args, kubeconfig, dir, starts: 0, cleanup: true, metrics_port };
         agent.spawn();
         agent
     }
@@ -230,10 +241,20 @@ impl AgentProcess {
             .join("\n")
     }
 
-    /// How many cycles of this update type (`full`, `partial`) completed, from the logs.
-    pub fn cycles_logged(&self, update_type: &str) -> usize {
-        let span_field = format!("update_type={update_type}");
-        self.logs().lines().filter(|l| l.contains("sync cycle done") && l.contains(&span_field)).count()
+    /// How many cycles of this update type (`full`, `partial`) succeeded, from the agent's
+    /// `/metrics`; 0 while it does not answer.
+    pub fn cycles(&self, update_type: &str) -> usize {
+        let out = Command::new("curl")
+            .args(["-fs", "--max-time", "2", &format!("http://127.0.0.1:{}/metrics", self.metrics_port)])
+            .output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        let labels = format!("update_type=\"{update_type}\"");
+        text.lines()
+            .filter(|l| l.starts_with("wsync_sync_cycles_total{") && l.contains(&labels))
+            .filter(|l| l.contains("result=\"success\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|n| n as usize)
+            .sum()
     }
 
     /// Leave the agent's objects behind when dropped, for a successor with the same id.
@@ -319,13 +340,14 @@ pub fn path_str(p: &Path) -> &str {
 /// given members, each annotated as owned by it. `members` are YAML documents without the
 /// owning-inventory annotation; it is added here.
 pub fn inventory_config(namespace: &str, inventory: &str, members: &[String]) -> String {
+    use wsync::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
     let mut docs = vec![format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {inventory}\n  namespace: {namespace}\n  labels:\n    cli-utils.sigs.k8s.io/inventory-id: {inventory}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {inventory}\n  namespace: {namespace}\n  labels:\n    {INVENTORY_ID_LABEL}: {inventory}\n"
     )];
     for member in members {
         docs.push(member.replacen(
             "metadata:\n",
-            &format!("metadata:\n  annotations:\n    config.k8s.io/owning-inventory: {inventory}\n"),
+            &format!("metadata:\n  annotations:\n    {OWNING_INVENTORY_ANNOTATION}: {inventory}\n"),
             1,
         ));
     }
@@ -342,83 +364,6 @@ pub fn config_map(namespace: &str, name: &str) -> String {
 /// A port that was free a moment ago, for a child process to listen on.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
-/// The real `wsync control-plane`, as a child process.
-pub struct ControlPlaneProcess {
-    child: Option<Child>,
-    args: Vec<String>,
-    pub url: String,
-    log: PathBuf,
-}
-
-impl ControlPlaneProcess {
-    pub fn start(database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
-        let port = free_port();
-        let mut args: Vec<String> = vec![
-            "control-plane".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--database-url".into(),
-            database_url.into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut process = Self { child: None, args, url: format!("http://127.0.0.1:{port}"), log };
-        process.spawn();
-        process
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("control-plane log");
-        let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
-            .args(&self.args)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn wsync control-plane");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !http_ok(&format!("{}/healthz", self.url)) {
-            assert!(Instant::now() < deadline, "the control plane did not come up:\n{}", self.logs());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    pub fn restart(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.spawn();
-    }
-
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Run `wsync <args>` against this control plane; stdout on success, panic otherwise.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_wsync"))
-            .args(args)
-            .env("WSYNC_SERVER", &self.url)
-            .output()
-            .expect("run wsync");
-        assert!(out.status.success(), "wsync {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).to_string()
-    }
-}
-
-impl Drop for ControlPlaneProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("---- control plane logs ----\n{}", self.logs());
-        }
-    }
 }
 
 /// Whether a GET of `url` answers 2xx (curl, which the prerequisites install).

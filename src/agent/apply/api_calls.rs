@@ -1,0 +1,300 @@
+//! Every Kubernetes call the applier makes, and the caches in front of its reads: workspace
+//! namespaces, copied pull secrets, inventories and their members, discovery, and server-side
+//! apply. Nothing else in the agent writes a workspace's objects.
+
+use super::cache::ApplyCache;
+use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
+use crate::agent::error::{ApplyError, api_message};
+use crate::agent::k8s::partial::{InventoryConfigMap, WorkspaceNamespace};
+use crate::agent::k8s::watch::{Followed, follow};
+use crate::agent::k8s::{ClusterConfig, is_status};
+use crate::protocol::ImagePullSecret;
+use crate::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
+use crate::runtime::LockExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+/// A kind to look up: exactly, from a config's apiVersion, or by group and kind alone, from an
+/// inventory's member keys (then at the group's recommended version).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KindQuery {
+    Exact(GroupVersionKind),
+    Recommended { group: String, kind: String },
+}
+
+pub struct ApiCalls {
+    client: Client,
+    config: ClusterConfig,
+    /// Discovery answers, asked of the apiserver once per kind.
+    discovery: Mutex<HashMap<KindQuery, (ApiResource, ApiCapabilities)>>,
+    cache: ApplyCache,
+}
+
+impl ApiCalls {
+    pub fn new(client: Client, config: ClusterConfig) -> Self {
+        Self { client, config, discovery: Mutex::new(HashMap::new()), cache: ApplyCache::default() }
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// Resolve a kind through the discovery cache, asking the apiserver only on a miss.
+    pub async fn resolve(&self, query: &KindQuery) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
+        if let Some(hit) = self.discovery.lock_unpoisoned().get(query) {
+            return Ok(hit.clone());
+        }
+        let resolved = match query {
+            KindQuery::Exact(gvk) => kube::discovery::pinned_kind(&self.client, gvk).await?,
+            KindQuery::Recommended { group, kind } => {
+                let api_group = kube::discovery::group(&self.client, group).await?;
+                api_group.recommended_kind(kind).ok_or_else(|| {
+                    kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(format!("{group}/{kind}")))
+                })?
+            }
+        };
+        self.discovery.lock_unpoisoned().insert(query.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Create the workspace's namespace, labelled with the agent id, unless it exists.
+    pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let object = Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.to_string()),
+                labels: Some(self.config.agent_labels()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {
+                self.cache.set_own_namespace(namespace, None);
+                Ok(())
+            }
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Delete a namespace; already gone is fine.
+    pub async fn delete_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+        self.cache.forget_namespace(namespace);
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        match api.delete(namespace, &Default::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Some(copied-pull-secrets record) when the cache knows the namespace as the agent's own.
+    pub fn cached_own_namespace(&self, namespace: &str) -> Option<Option<String>> {
+        self.config.apply_cache.then(|| self.cache.own_namespace(namespace)).flatten()
+    }
+
+    /// A namespace's metadata, or None when it does not exist.
+    pub async fn namespace_meta(&self, namespace: &str) -> Result<Option<ObjectMeta>, kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        Ok(api.get_opt(namespace).await?.map(|ns| ns.metadata))
+    }
+
+    /// Set (or, with None, remove) one annotation on a namespace.
+    pub async fn annotate_namespace(&self, namespace: &str, key: &str, value: Option<&str>) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        let patched = api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        if self.cache.own_namespace(namespace).is_some() {
+            self.cache.set_own_namespace(namespace, own_namespace_record(&patched.metadata));
+        }
+        Ok(())
+    }
+
+    /// A pull secret's source as it is now; None when it does not exist.
+    pub async fn fetch_pull_secret(&self, source: &ImagePullSecret) -> Result<Option<Secret>, ApplyError> {
+        let api = Api::<Secret>::namespaced(self.client.clone(), &source.namespace);
+        api.get_opt(&source.name).await.map_err(|e| {
+            ApplyError::kubernetes(format!("image pull secret {}: {}", source_ref(source), api_message(&e)))
+        })
+    }
+
+    /// Server-side apply a copy of `source` into `namespace`, under the source's name.
+    pub async fn copy_secret(
+        &self,
+        source: &Secret,
+        from: &ImagePullSecret,
+        namespace: &str,
+    ) -> Result<(), ApplyError> {
+        let copy = Secret {
+            metadata: ObjectMeta {
+                name: Some(from.name.clone()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(self.config.agent_labels()),
+                annotations: Some(BTreeMap::from([(SOURCE_ANNOTATION.to_string(), source_ref(from))])),
+                ..Default::default()
+            },
+            type_: source.type_.clone(),
+            data: source.data.clone(),
+            ..Default::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let params = PatchParams::apply(&self.config.field_manager).force();
+        api.patch(&from.name, &params, &Patch::Apply(&copy)).await.map(|_| ()).map_err(|e| {
+            ApplyError::kubernetes(format!("copying image pull secret {}: {}", source_ref(from), api_message(&e)))
+        })
+    }
+
+    /// Delete a copied secret, only if this agent copied it; already gone is fine.
+    pub async fn delete_copied_secret(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let Some(secret) = api.get_opt(name).await? else { return Ok(()) };
+        if !secret.annotations().contains_key(SOURCE_ANNOTATION) {
+            return Ok(());
+        }
+        delete_guarded(&api, name, secret.uid(), DeleteParams::default()).await.map(|_| ())
+    }
+
+    /// The members an inventory ConfigMap lists now; none when it does not exist yet.
+    pub async fn inventory_members(&self, namespace: &str, name: &str) -> Result<BTreeSet<MemberRef>, kube::Error> {
+        if self.config.apply_cache
+            && let Some(members) = self.cache.inventory(namespace, name)
+        {
+            return Ok(members);
+        }
+        let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
+    }
+
+    /// The applier wrote this inventory: the next apply starts from it.
+    pub fn remember_inventory(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        members: BTreeSet<MemberRef>,
+    ) {
+        self.cache.set_inventory(namespace, name, resource_version, members);
+    }
+
+    /// See `WorkspaceIndex::compact`.
+    pub fn compact_caches(&self) {
+        self.cache.compact();
+    }
+
+    /// Keep the apply cache from two watches: the agent's labelled namespaces, and its
+    /// labelled inventories. Runs until aborted; a failed watch retries with backoff.
+    pub async fn watch_caches(&self) {
+        if !self.config.apply_cache {
+            return;
+        }
+        let own = self.config.workspace_selector();
+        let namespaces = async {
+            let api: Api<WorkspaceNamespace> = Api::all(self.client.clone());
+            let project = |ns: WorkspaceNamespace| Some((ns.name_any(), own_namespace_record(&ns.metadata)));
+            follow(api, watcher::Config::default().labels(&own), "namespace", project, |event| match event {
+                Followed::Listed(all) => self.cache.replace_namespaces(all),
+                Followed::Applied(ns) => {
+                    self.cache.set_own_namespace(&ns.name_any(), own_namespace_record(&ns.metadata))
+                }
+                Followed::Deleted(ns) => self.cache.forget_namespace(&ns.name_any()),
+            })
+            .await
+        };
+        let inventory_selector = format!("{own},{INVENTORY_ID_LABEL}");
+        let inventories = async {
+            let api: Api<InventoryConfigMap> = Api::all(self.client.clone());
+            let config = watcher::Config::default().labels(&inventory_selector);
+            let project = |cm: InventoryConfigMap| {
+                Some(((cm.namespace().unwrap_or_default(), cm.name_any()), inventory_projection(&cm)))
+            };
+            follow(api, config, "inventory", project, |event| match event {
+                Followed::Listed(all) => self.cache.replace_inventories(all),
+                Followed::Applied(cm) => {
+                    let (rv, members) = inventory_projection(&cm);
+                    self.cache.set_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any(), &rv, members);
+                }
+                Followed::Deleted(cm) => {
+                    self.cache.forget_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any())
+                }
+            })
+            .await
+        };
+        futures::join!(namespaces, inventories);
+    }
+
+    /// Delete a pruned member, but only if it still names `inventory_id` as its owner: an
+    /// object of another inventory, or one no inventory owns, is never touched.
+    pub async fn prune_member(&self, member: &MemberRef, inventory_id: &str) -> Result<bool, String> {
+        let describe = |e: kube::Error| format!("pruning {member}: {}", api_message(&e));
+        let query = KindQuery::Recommended { group: member.group.clone(), kind: member.kind.clone() };
+        let (resource, _) = self.resolve(&query).await.map_err(describe)?;
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
+        let Some(object) = api.get_opt(&member.name).await.map_err(describe)? else {
+            return Ok(false);
+        };
+        if object.annotations().get(OWNING_INVENTORY_ANNOTATION).map(String::as_str) != Some(inventory_id) {
+            tracing::info!(object = %member, inventory = inventory_id, "not pruning an object this inventory does not own");
+            return Ok(false);
+        }
+        delete_guarded(&api, &member.name, object.uid(), DeleteParams::background()).await.map_err(describe)
+    }
+
+    /// Server-side apply with force; returns the object's resourceVersion after it.
+    pub async fn apply_object(&self, object: &DynamicObject, default_namespace: &str) -> Result<String, String> {
+        let types = object.types.as_ref().ok_or("object without apiVersion/kind")?;
+        let gvk = GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
+        let name = object.name_any();
+        let describe = || format!("{} {}", types.kind, name);
+        let (resource, capabilities) = self
+            .resolve(&KindQuery::Exact(gvk))
+            .await
+            .map_err(|e| format!("{}: unknown kind: {}", describe(), api_message(&e)))?;
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace = object.namespace().unwrap_or_else(|| default_namespace.to_string());
+                Api::namespaced_with(self.client.clone(), &namespace, &resource)
+            }
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+        };
+        let params = PatchParams::apply(&self.config.field_manager).force();
+        api.patch(&name, &params, &Patch::Apply(object))
+            .await
+            .map(|applied| applied.resource_version().unwrap_or_default())
+            .map_err(|e| format!("{}: {}", describe(), api_message(&e)))
+    }
+}
+
+/// Delete the object with this uid, and only it: one recreated meanwhile under the same name
+/// is left alone. Gone or replaced already is fine (false).
+async fn delete_guarded<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    params: DeleteParams,
+) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..params };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn own_namespace_record(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned()
+}
+
+fn inventory_projection(cm: &InventoryConfigMap) -> (String, BTreeSet<MemberRef>) {
+    let members = cm.data.iter().flat_map(|data| data.keys()).filter_map(|key| MemberRef::parse(key)).collect();
+    (cm.resource_version().unwrap_or_default(), members)
+}

@@ -1,0 +1,259 @@
+//! Applying one workspace's config, and terminating a workspace (DESIGN §2, "Applier"). Like
+//! stackable's `ClusterResources`, the applier owns its calls (`api_calls`), its caches and
+//! its record of copied pull secrets; its decisions (`plan`, `pull_secrets`) are pure.
+//!
+//! The order per inventory is cli-utils': write the inventory with old ∪ new members, apply
+//! every new member with force, prune old members that left (only those it owns), then write
+//! the inventory with the new members.
+
+pub mod api_calls;
+pub mod cache;
+pub mod plan;
+pub mod pull_secrets;
+
+use crate::agent::error::{ApplyError, api_message};
+use crate::agent::k8s::ClusterConfig;
+use crate::agent::sync::workspace::WorkspaceKey;
+use crate::protocol::ImagePullSecret;
+use crate::protocol::inventory::MemberRef;
+use crate::runtime::LockExt;
+use api_calls::{ApiCalls, KindQuery};
+use kube::api::DynamicObject;
+use kube::discovery::Scope;
+use plan::{ApplyPolicy, InventoryApply};
+use pull_secrets::CopyTracker;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+pub struct Applier {
+    calls: ApiCalls,
+    policy: ApplyPolicy,
+    /// Who holds a copy of which image pull secret, to copy it again when it changes.
+    copies: Mutex<CopyTracker>,
+}
+
+/// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
+enum Namespace {
+    Missing,
+    /// With the pull secrets copied into it.
+    Ours(BTreeSet<ImagePullSecret>),
+}
+
+impl Applier {
+    pub fn new(client: kube::Client, config: ClusterConfig, policy: ApplyPolicy) -> Self {
+        Self { calls: ApiCalls::new(client, config), policy, copies: Mutex::new(CopyTracker::default()) }
+    }
+
+    /// Check the whole stream, then apply it. Nothing is sent for a stream the policy refuses.
+    pub async fn apply(
+        &self,
+        key: &WorkspaceKey,
+        config: &str,
+        pull_secrets: &[ImagePullSecret],
+    ) -> Result<(), ApplyError> {
+        let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::applier(e.to_string()))?;
+        let scopes = self.resolve_scopes(&objects).await.map_err(ApplyError::applier)?;
+        let inventories = plan::plan(objects, key.namespace(), &self.policy, |gvk| {
+            scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
+        })
+        .map_err(ApplyError::applier)?;
+        let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::applier)?;
+        let copied = self.ensure_own_namespace(key.namespace()).await?;
+        // Before the config, so that the first Pod can pull its image.
+        let copies = self.sync_pull_secrets(key.namespace(), &copy_plan.wanted, &copied).await?;
+        for inventory in &inventories {
+            self.apply_inventory(inventory).await.map_err(ApplyError::applier)?;
+        }
+        self.copies.lock_unpoisoned().copied(key, &copies);
+        Ok(())
+    }
+
+    /// Delete the workspace's namespace, guarded by the same namespace rule as applies.
+    pub async fn terminate(&self, key: &WorkspaceKey) -> Result<(), ApplyError> {
+        self.forget(key);
+        let namespace = key.namespace();
+        match self.namespace_ownership(namespace).await? {
+            Namespace::Missing => Ok(()),
+            Namespace::Ours(_) => self
+                .calls
+                .delete_namespace(namespace)
+                .await
+                .map_err(|e| ApplyError::kubernetes(format!("deleting namespace {namespace}: {}", api_message(&e)))),
+        }
+    }
+
+    /// The workspace is gone: its copies are no longer tracked.
+    pub fn forget(&self, key: &WorkspaceKey) {
+        self.copies.lock_unpoisoned().forget(key);
+    }
+
+    /// A full cycle re-applies every workspace, which records every copy again.
+    pub fn forget_all_copies(&self) {
+        self.copies.lock_unpoisoned().clear();
+    }
+
+    /// Copy every tracked pull secret whose source changed since its last copy. A source that
+    /// is gone is an error for each workspace holding a copy; their next apply clears it.
+    /// Returns the workspaces whose copy failed.
+    pub async fn refresh_pull_secret_copies(&self) -> Vec<(WorkspaceKey, ApplyError)> {
+        let mut failed = Vec::new();
+        let sources = self.copies.lock_unpoisoned().sources();
+        for source in sources {
+            let current = match self.calls.fetch_pull_secret(&source).await {
+                Ok(current) => current,
+                Err(error) => {
+                    tracing::warn!(%error, "could not read an image pull secret");
+                    continue;
+                }
+            };
+            let rv = current.as_ref().and_then(|s| s.metadata.resource_version.clone());
+            let stale = self.copies.lock_unpoisoned().stale_holders(&source, rv.as_deref());
+            for key in stale {
+                let copied = match &current {
+                    Some(secret) => self.calls.copy_secret(secret, &source, key.namespace()).await,
+                    None => Err(missing_pull_secret(&source)),
+                };
+                match copied {
+                    Ok(()) => {
+                        tracing::info!(source = %pull_secrets::source_ref(&source), namespace = %key.namespace(), "copied a changed image pull secret again")
+                    }
+                    Err(error) => failed.push((key, error)),
+                }
+            }
+        }
+        failed
+    }
+
+    pub async fn watch_caches(&self) {
+        self.calls.watch_caches().await
+    }
+
+    pub fn compact_caches(&self) {
+        self.calls.compact_caches();
+    }
+
+    async fn resolve_scopes(
+        &self,
+        objects: &[DynamicObject],
+    ) -> Result<HashMap<kube::core::GroupVersionKind, Scope>, String> {
+        let mut scopes = HashMap::new();
+        for object in objects {
+            let types = object.types.as_ref().ok_or("an object without apiVersion/kind")?;
+            let gvk = kube::core::GroupVersionKind::try_from(types).map_err(|e| e.to_string())?;
+            if scopes.contains_key(&gvk) {
+                continue;
+            }
+            let (_, capabilities) = self
+                .calls
+                .resolve(&KindQuery::Exact(gvk.clone()))
+                .await
+                .map_err(|e| format!("{} {}: unknown kind: {}", types.kind, types.api_version, api_message(&e)))?;
+            scopes.insert(gvk, capabilities.scope);
+        }
+        Ok(scopes)
+    }
+
+    /// The namespace rule, shared by apply and termination: never a protected namespace, and
+    /// only one that is new or already carries this agent's label.
+    async fn namespace_ownership(&self, namespace: &str) -> Result<Namespace, ApplyError> {
+        if self.policy.protected_namespace(namespace) {
+            return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
+        }
+        if let Some(record) = self.calls.cached_own_namespace(namespace) {
+            return Ok(Namespace::Ours(pull_secrets::parse_copied(record.as_deref())));
+        }
+        let meta = self
+            .calls
+            .namespace_meta(namespace)
+            .await
+            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+        let config = self.calls.config();
+        match meta {
+            None => Ok(Namespace::Missing),
+            Some(meta) if config.is_ours(&meta) => {
+                let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
+                Ok(Namespace::Ours(pull_secrets::parse_copied(record.map(String::as_str))))
+            }
+            Some(_) => Err(ApplyError::kubernetes(format!(
+                "refused: namespace {namespace} exists and is not labelled {}={}",
+                config.workspace_label_key, config.agent_id
+            ))),
+        }
+    }
+
+    /// Create the namespace if it is missing; returns the pull secrets already copied into it.
+    async fn ensure_own_namespace(&self, namespace: &str) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
+        match self.namespace_ownership(namespace).await? {
+            Namespace::Ours(copied) => Ok(copied),
+            Namespace::Missing => self
+                .calls
+                .ensure_namespace(namespace)
+                .await
+                .map(|()| BTreeSet::new())
+                .map_err(|e| ApplyError::kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))),
+        }
+    }
+
+    /// Copy every wanted pull secret into the namespace, delete the copies no longer wanted,
+    /// and record what the namespace holds. Returns each copy with its source's resourceVersion.
+    async fn sync_pull_secrets(
+        &self,
+        namespace: &str,
+        wanted: &BTreeSet<ImagePullSecret>,
+        copied: &BTreeSet<ImagePullSecret>,
+    ) -> Result<Vec<(ImagePullSecret, Option<String>)>, ApplyError> {
+        let wanted: Vec<ImagePullSecret> = wanted.iter().cloned().collect();
+        let plan = pull_secrets::plan_copies(&wanted, copied).map_err(ApplyError::kubernetes)?;
+        let mut done = Vec::new();
+        for source in &wanted {
+            let secret = self.calls.fetch_pull_secret(source).await?.ok_or_else(|| missing_pull_secret(source))?;
+            self.calls.copy_secret(&secret, source, namespace).await?;
+            done.push((source.clone(), secret.metadata.resource_version.clone()));
+        }
+        for name in &plan.delete {
+            self.calls.delete_copied_secret(namespace, name).await.map_err(|e| {
+                ApplyError::kubernetes(format!("deleting the copied pull secret {name}: {}", api_message(&e)))
+            })?;
+        }
+        if plan.changes_record(copied) {
+            let record = Some(pull_secrets::render_copied(&plan.wanted)).filter(|r| !r.is_empty());
+            self.calls
+                .annotate_namespace(namespace, pull_secrets::COPIED_ANNOTATION, record.as_deref())
+                .await
+                .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+        }
+        Ok(done)
+    }
+
+    async fn apply_inventory(&self, inventory: &InventoryApply) -> Result<(), String> {
+        let namespace = inventory.inventory.metadata.namespace.clone().unwrap_or_default();
+        let name = inventory.inventory.metadata.name.clone().unwrap_or_default();
+        let old = self
+            .calls
+            .inventory_members(&namespace, &name)
+            .await
+            .map_err(|e| format!("reading inventory {namespace}/{name}: {}", api_message(&e)))?;
+        let new = inventory.member_refs();
+        let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
+
+        let mut written =
+            self.calls.apply_object(&plan::with_members(&inventory.inventory, &union), &namespace).await?;
+        for (_, member) in &inventory.members {
+            self.calls.apply_object(member, &namespace).await?;
+        }
+        for gone in old.difference(&new) {
+            if self.calls.prune_member(gone, &inventory.id).await? {
+                tracing::info!(object = %gone, inventory = %inventory.id, "pruned an object that left its inventory");
+            }
+        }
+        if union != new {
+            written = self.calls.apply_object(&plan::with_members(&inventory.inventory, &new), &namespace).await?;
+        }
+        self.calls.remember_inventory(&namespace, &name, &written, new);
+        Ok(())
+    }
+}
+
+fn missing_pull_secret(source: &ImagePullSecret) -> ApplyError {
+    ApplyError::kubernetes(format!("image pull secret {} does not exist", pull_secrets::source_ref(source)))
+}

@@ -1,0 +1,69 @@
+//! The sync loop's own Kubernetes calls: its WorkspaceSyncStatus, the workspace Deployments'
+//! watch and LIST, and Events. The applier's calls are its own (`agent::apply`).
+
+pub mod events;
+pub mod ledger_object;
+pub mod partial;
+pub mod watch;
+pub mod workspaces;
+
+use kube::Client;
+use kube::api::ObjectMeta;
+use kube::runtime::events::{Recorder, Reporter};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub agent_id: String,
+    pub agent_namespace: String,
+    pub workspace_label_key: String,
+    pub field_manager: String,
+    /// Read namespaces and inventories from watched caches instead of one GET per apply.
+    pub apply_cache: bool,
+}
+
+impl ClusterConfig {
+    /// True when the object carries this agent's label (`workspace_selector`).
+    pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
+        meta.labels.as_ref().and_then(|l| l.get(&self.workspace_label_key)) == Some(&self.agent_id)
+    }
+
+    /// `<label key>=<agent id>`: what marks a Deployment as one of this agent's workspaces.
+    pub fn workspace_selector(&self) -> String {
+        format!("{}={}", self.workspace_label_key, self.agent_id)
+    }
+
+    /// The agent's label, for what it creates besides the workspaces' own config.
+    pub fn agent_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(self.workspace_label_key.clone(), self.agent_id.clone())])
+    }
+}
+
+pub fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// The loop's handle on the cluster.
+pub struct Cluster {
+    client: Client,
+    config: ClusterConfig,
+    recorder: Recorder,
+}
+
+impl Cluster {
+    pub fn new(client: Client, config: ClusterConfig) -> Self {
+        let reporter = Reporter {
+            controller: config.field_manager.clone(),
+            instance: std::env::var("POD_NAME").ok().or_else(|| Some(config.agent_id.clone())),
+        };
+        Self { recorder: Recorder::new(client.clone(), reporter), client, config }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+}

@@ -1,0 +1,57 @@
+//! What the loop shows for what happened: a failed cycle's condition, and where a workspace's
+//! failure Event goes.
+
+use super::ledger::SyncOutcome;
+use super::workspace::WorkspaceKey;
+use crate::agent::error::Error;
+
+/// The `Synced` condition after a failed cycle: the error's reason, and a message in the
+/// words of whoever failed (the apiserver's own, for an API error).
+pub fn failed_cycle(error: &Error) -> SyncOutcome {
+    let message = match error {
+        Error::Kube(e) => crate::agent::error::api_message(e),
+        other => other.to_string(),
+    };
+    SyncOutcome::failed(error.reason(), message)
+}
+
+/// The object a workspace's failure Event hangs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventTarget {
+    /// The workspace's Deployment: `kubectl describe deployment` shows it.
+    Deployment,
+    /// The WorkspaceSyncStatus, when there is no Deployment (yet): the note names the workspace.
+    LedgerObject,
+}
+
+/// Where a failure Event goes, and its note, given whether the Deployment was found.
+pub fn failure_event(key: &WorkspaceKey, message: &str, deployment_found: bool) -> (EventTarget, String) {
+    match deployment_found {
+        true => (EventTarget::Deployment, message.to_string()),
+        false => (EventTarget::LedgerObject, format!("workspace {key}: {message}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::error::ControlPlaneError;
+
+    #[test]
+    fn a_failed_cycle_says_who_failed() {
+        let timeout = failed_cycle(&Error::ControlPlane(ControlPlaneError::Timeout(std::time::Duration::from_secs(2))));
+        assert_eq!(timeout.reason, "ControlPlaneTimeout");
+        assert_eq!(timeout.message, "control plane: request timed out after 2s");
+        let prerequisites =
+            failed_cycle(&Error::Prerequisites(ControlPlaneError::Status { status: 404, body: "".into() }));
+        assert_eq!(prerequisites.reason, "PrerequisitesFailed");
+        assert!(!prerequisites.ok);
+    }
+
+    #[test]
+    fn an_event_without_a_deployment_names_its_workspace() {
+        let key = WorkspaceKey::new("ns", "ws");
+        assert_eq!(failure_event(&key, "boom", true), (EventTarget::Deployment, "boom".into()));
+        assert_eq!(failure_event(&key, "boom", false), (EventTarget::LedgerObject, "workspace ns/ws: boom".into()));
+    }
+}

@@ -1,0 +1,31 @@
+//! The control plane's errors at start-up and while serving. Each has a `reason()`, the
+//! label a log or metric files it under. Requests fail as HTTP answers instead (`api`).
+
+use super::store::StoreError;
+use crate::runtime::TokenFileError;
+
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("invalid reconciliation intervals: {0}")]
+    Settings(String),
+    #[error("admin token: {0}")]
+    AdminToken(#[from] TokenFileError),
+    #[error("database {url}: {source}")]
+    Database { url: String, source: StoreError },
+    #[error("cannot listen on {address}: {source}")]
+    Listen { address: std::net::SocketAddr, source: std::io::Error },
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Settings(_) => "InvalidSettings",
+            Error::AdminToken(_) => "AdminTokenUnreadable",
+            Error::Database { .. } => "DatabaseUnavailable",
+            Error::Listen { .. } => "ListenFailed",
+            Error::Serve(_) => "ServeFailed",
+        }
+    }
+}

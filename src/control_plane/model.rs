@@ -1,0 +1,76 @@
+//! The control plane's records, as its pipeline and page see them: agents and workspaces.
+
+use crate::protocol::{ActualState, DesiredState, ImagePullSecret};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub id: String,
+    pub image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Workspace {
+    pub agent_id: String,
+    pub name: String,
+    pub namespace: String,
+    pub image: String,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub desired_state: DesiredState,
+    pub actual_state: ActualState,
+    pub desired_state_updated_at: i64,
+    pub actual_state_updated_at: i64,
+    pub deployment_resource_version: Option<String>,
+    pub responded_to_agent_at: Option<i64>,
+    pub force_include_all_resources: bool,
+    pub last_reported_at: Option<i64>,
+    pub error: Option<WorkspaceError>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkspaceError {
+    pub error_type: String,
+    pub message: String,
+    pub first_seen: i64,
+    pub last_seen: i64,
+    /// The desired state when the error arrived; if it differs now, the error predates the change.
+    pub desired_state: DesiredState,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct NewWorkspace {
+    pub name: String,
+    pub image: String,
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Milliseconds since the epoch, strictly increasing within this process: "changed since the
+/// agent last heard" compares these, and two writes in one millisecond must still be ordered.
+pub fn now_ms() -> i64 {
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let wall = jiff::Timestamp::now().as_millisecond();
+    let previous = LAST
+        .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |last| {
+            Some(wall.max(last + 1))
+        })
+        .unwrap_or(wall);
+    wall.max(previous + 1)
+}
+
+/// An enum as its wire spelling (`Running`, `applier`): how states are stored and shown.
+pub fn state_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// A workspace's namespace: stable, and unique per agent and name.
+pub fn workspace_namespace(agent_id: &str, name: &str) -> String {
+    format!("wsync-{agent_id}-{name}")
+}

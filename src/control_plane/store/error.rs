@@ -1,0 +1,20 @@
+//! What can go wrong in the store.
+
+#[derive(thiserror::Error, Debug)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The SQLite writer could not commit a batch, or has stopped.
+    #[error("database writer: {0}")]
+    Writer(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;

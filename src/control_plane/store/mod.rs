@@ -1,0 +1,221 @@
+//! Persistence with sqlx: embedded SQLite by default, PostgreSQL for a `postgres://` URL.
+//! One schema serves both (migrations/), through sqlx's `Any` driver. On SQLite, reconciles
+//! (the hot path) go to a writer thread of their own ([`sqlite_writer`]); on PostgreSQL they
+//! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
+
+mod error;
+mod postgres;
+pub mod rows;
+mod sqlite_writer;
+
+use super::model::{Agent, NewWorkspace, Workspace, now_ms, state_text, workspace_namespace};
+use super::pipeline::PipelineConfig;
+use crate::protocol::{ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse};
+pub use error::{StoreError, StoreResult};
+use rows::{AGENT_WORKSPACES, SELECT_COLUMNS, workspace_from_row};
+use sha2::{Digest, Sha256};
+use sqlite_writer::SqliteWriter;
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Row};
+
+/// Tokens are stored as their SHA-256: a leaked database leaks no agent's credentials.
+pub fn hash_token(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn new_token() -> StoreResult<String> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Conflict(format!("no randomness for a token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Where reconciles are written.
+#[derive(Clone)]
+enum Backend {
+    /// One writer thread owns the write connection and commits concurrent reconciles together.
+    Sqlite(SqliteWriter),
+    /// Reconciles run on the pool; each takes its agent's row lock first.
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Open (and for SQLite, create) the database, and migrate it.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        sqlx::any::install_default_drivers();
+        let url = if url.starts_with("sqlite:") && !url.contains("mode=") {
+            format!("{url}{}mode=rwc", if url.contains('?') { "&" } else { "?" })
+        } else {
+            url.to_string()
+        };
+        // SQLite has one writer: one connection avoids "database is locked" under load.
+        let sqlite = url.starts_with("sqlite:");
+        let max = if sqlite { 1 } else { 8 };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            // Per connection, so that a reconnected pool keeps them. With WAL, `synchronous =
+            // NORMAL` never corrupts and survives a process crash; only a power loss may drop
+            // the last commits. FULL would fsync on every reconcile.
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        for pragma in
+                            ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"]
+                        {
+                            sqlx::query(pragma).execute(&mut *connection).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        let backend = if sqlite { Backend::Sqlite(SqliteWriter::open(&url)?) } else { Backend::Postgres };
+        Ok(Self { pool, backend })
+    }
+
+    /// Register an agent; returns its token, which is shown once and stored hashed.
+    pub async fn create_agent(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<String> {
+        let token = new_token()?;
+        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query("INSERT INTO agents (id, token_hash, image_pull_secrets, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(id)
+            .bind(hash_token(&token))
+            .bind(secrets)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| conflict(e, format!("agent {id:?} already exists")))?;
+        Ok(token)
+    }
+
+    /// Replace an agent's image pull secrets; every workspace then gets its config again.
+    /// Returns false when there is no such agent.
+    pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
+        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut tx = self.pool.begin().await?;
+        let updated = sqlx::query("UPDATE agents SET image_pull_secrets = $1 WHERE id = $2")
+            .bind(secrets)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("UPDATE workspaces SET force_include_all_resources = 1 WHERE agent_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(updated == 1)
+    }
+
+    pub async fn agent_by_token(&self, token: &str) -> StoreResult<Option<Agent>> {
+        let row = sqlx::query("SELECT id, image_pull_secrets FROM agents WHERE token_hash = $1")
+            .bind(hash_token(token))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            let secrets: String = row.try_get("image_pull_secrets")?;
+            Ok(Agent {
+                id: row.try_get("id")?,
+                image_pull_secrets: serde_json::from_str(&secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn agent_exists(&self, id: &str) -> StoreResult<bool> {
+        Ok(sqlx::query("SELECT id FROM agents WHERE id = $1").bind(id).fetch_optional(&self.pool).await?.is_some())
+    }
+
+    pub async fn create_workspace(&self, agent_id: &str, new: &NewWorkspace) -> StoreResult<Workspace> {
+        let now = now_ms();
+        let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
+             desired_state_updated_at, actual_state_updated_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(agent_id)
+        .bind(&new.name)
+        .bind(workspace_namespace(agent_id, &new.name))
+        .bind(&new.image)
+        .bind(new.cpu.clone())
+        .bind(new.memory.clone())
+        .bind(env)
+        .bind(state_text(&DesiredState::Running))
+        .bind(state_text(&ActualState::CreationRequested))
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;
+        self.workspace(agent_id, &new.name).await?.ok_or_else(|| StoreError::Corrupt("inserted row vanished".into()))
+    }
+
+    pub async fn workspace(&self, agent_id: &str, name: &str) -> StoreResult<Option<Workspace>> {
+        let sql = format!("SELECT {} FROM workspaces WHERE agent_id = $1 AND name = $2", *SELECT_COLUMNS);
+        let row = sqlx::query(&sql).bind(agent_id).bind(name).fetch_optional(&self.pool).await?;
+        row.as_ref().map(workspace_from_row).transpose()
+    }
+
+    pub async fn workspaces(&self, agent_id: &str) -> StoreResult<Vec<Workspace>> {
+        let rows = sqlx::query(&AGENT_WORKSPACES).bind(agent_id).fetch_all(&self.pool).await?;
+        rows.iter().map(workspace_from_row).collect()
+    }
+
+    /// Set the desired state. `Terminated` is final: a terminated workspace cannot be revived.
+    pub async fn set_desired(
+        &self,
+        agent_id: &str,
+        name: &str,
+        desired: DesiredState,
+    ) -> StoreResult<Option<Workspace>> {
+        let Some(current) = self.workspace(agent_id, name).await? else { return Ok(None) };
+        if current.desired_state == DesiredState::Terminated && desired != DesiredState::Terminated {
+            return Err(StoreError::Conflict(format!("workspace {name:?} is terminated; that is final")));
+        }
+        if current.desired_state != desired {
+            sqlx::query(
+                "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 WHERE agent_id = $3 AND name = $4",
+            )
+            .bind(state_text(&desired))
+            .bind(now_ms())
+            .bind(agent_id)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        }
+        self.workspace(agent_id, name).await
+    }
+}
+
+fn conflict(error: sqlx::Error, message: String) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(message),
+        _ => StoreError::Database(error),
+    }
+}
+
+impl Store {
+    /// One reconcile, in one transaction: on SQLite through the store's writer thread, which
+    /// commits concurrent reconciles together; on PostgreSQL under the agent's row lock.
+    pub async fn reconcile(
+        &self,
+        agent: &Agent,
+        request: ReconcileRequest,
+        config: &PipelineConfig,
+    ) -> StoreResult<ReconcileResponse> {
+        match &self.backend {
+            Backend::Sqlite(writer) => writer.reconcile(agent.clone(), request, config.clone()).await,
+            Backend::Postgres => self.reconcile_postgres(agent, &request, config).await,
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! A reconcile on PostgreSQL: one transaction on the pool, under the agent's row lock.
+
+use super::Store;
+use super::error::{StoreError, StoreResult};
+use super::rows::{AGENT_WORKSPACES, POSTGRES_SAVE, SavedRow, workspace_from_row};
+use crate::control_plane::model::{Agent, Workspace, now_ms};
+use crate::control_plane::pipeline::{self, PipelineConfig};
+use crate::protocol::{ReconcileRequest, ReconcileResponse};
+
+impl Store {
+    pub(super) async fn reconcile_postgres(
+        &self,
+        agent: &Agent,
+        request: &ReconcileRequest,
+        config: &PipelineConfig,
+    ) -> StoreResult<ReconcileResponse> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        // Concurrent reconciles of one agent (two replicas overlapping) run one after the
+        // other instead of deadlocking on the workspace rows they both update.
+        sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
+        let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
+        let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
+        let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
+        if !decision.touched.is_empty() {
+            let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
+            let json = serde_json::to_string(&saved).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(&POSTGRES_SAVE).bind(json).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(decision.response)
+    }
+}

@@ -1,0 +1,271 @@
+//! The `workspaces` table as the store reads and writes it. Every column is named once, in
+//! [`COLUMNS`]; the SELECT list and both backends' reconcile UPDATEs are built from it, and
+//! [`SavedRow`]'s fields are checked against it.
+
+use super::error::{StoreError, StoreResult};
+use crate::control_plane::model::{Workspace, WorkspaceError, state_text};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use std::sync::LazyLock;
+
+/// How a reconcile treats a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Set when the workspace is created, never by a reconcile.
+    AtCreation,
+    /// Rewritten by every reconcile that touches the workspace.
+    ByReconcile,
+    /// Finds the row: (agent_id, name).
+    Key,
+}
+
+/// Every column of `workspaces` (migrations/), with its SQL type.
+pub const COLUMNS: [(&str, &str, Written); 21] = [
+    ("agent_id", "TEXT", Written::Key),
+    ("name", "TEXT", Written::Key),
+    ("namespace", "TEXT", Written::AtCreation),
+    ("image", "TEXT", Written::AtCreation),
+    ("cpu", "TEXT", Written::AtCreation),
+    ("memory", "TEXT", Written::AtCreation),
+    ("env", "TEXT", Written::AtCreation),
+    ("desired_state", "TEXT", Written::ByReconcile),
+    ("actual_state", "TEXT", Written::ByReconcile),
+    ("desired_state_updated_at", "BIGINT", Written::ByReconcile),
+    ("actual_state_updated_at", "BIGINT", Written::ByReconcile),
+    ("deployment_resource_version", "TEXT", Written::ByReconcile),
+    ("responded_to_agent_at", "BIGINT", Written::ByReconcile),
+    ("force_include_all_resources", "BIGINT", Written::ByReconcile),
+    ("last_reported_at", "BIGINT", Written::ByReconcile),
+    ("error_type", "TEXT", Written::ByReconcile),
+    ("error_message", "TEXT", Written::ByReconcile),
+    ("error_first_seen", "BIGINT", Written::ByReconcile),
+    ("error_last_seen", "BIGINT", Written::ByReconcile),
+    ("error_desired_state", "TEXT", Written::ByReconcile),
+    ("created_at", "BIGINT", Written::AtCreation),
+];
+
+fn names(written: Written) -> impl Iterator<Item = &'static str> {
+    COLUMNS.iter().filter(move |c| c.2 == written).map(|c| c.0)
+}
+
+/// A reconcile's columns in the order its SQLite parameters go: the rewritten ones, then the key.
+pub fn saved_order() -> impl Iterator<Item = &'static str> {
+    names(Written::ByReconcile).chain(names(Written::Key))
+}
+
+pub static SELECT_COLUMNS: LazyLock<String> =
+    LazyLock::new(|| COLUMNS.iter().map(|c| c.0).collect::<Vec<_>>().join(", "));
+
+/// Every workspace of one agent (`$1`), in name order: what a reconcile loads.
+pub static AGENT_WORKSPACES: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {} FROM workspaces WHERE agent_id = $1 ORDER BY name", *SELECT_COLUMNS));
+
+/// One `UPDATE … FROM` for all saved rows: a single JSON parameter unpacked by
+/// `jsonb_to_recordset`, matched on (agent_id, name).
+pub static POSTGRES_SAVE: LazyLock<String> = LazyLock::new(|| {
+    let assignments: Vec<String> = names(Written::ByReconcile).map(|c| format!("{c} = v.{c}")).collect();
+    let types: Vec<String> = COLUMNS
+        .iter()
+        .filter(|c| c.2 != Written::AtCreation)
+        .map(|(column, sql_type, _)| format!("{column} {sql_type}"))
+        .collect();
+    format!(
+        "UPDATE workspaces SET {} FROM jsonb_to_recordset(CAST($1 AS jsonb)) AS v({}) \
+         WHERE workspaces.agent_id = v.agent_id AND workspaces.name = v.name",
+        assignments.join(", "),
+        types.join(", ")
+    )
+});
+
+/// The same update for one row, with positional parameters in [`saved_order`].
+pub static SQLITE_SAVE: LazyLock<String> = LazyLock::new(|| {
+    let parameter = |column: &str| saved_order().position(|c| c == column).map_or(0, |i| i + 1);
+    let assignments: Vec<String> = names(Written::ByReconcile).map(|c| format!("{c} = ?{}", parameter(c))).collect();
+    let key: Vec<String> = names(Written::Key).map(|c| format!("{c} = ?{}", parameter(c))).collect();
+    format!("UPDATE workspaces SET {} WHERE {}", assignments.join(", "), key.join(" AND "))
+});
+
+fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
+    serde_json::from_value(serde_json::Value::from(text))
+        .map_err(|_| StoreError::Corrupt(format!("unknown state {text:?}")))
+}
+
+/// A result row read by column name: sqlx's and rusqlite's rows alike, so that one function
+/// turns either into a [`Workspace`].
+pub trait Columns {
+    fn text(&self, column: &str) -> StoreResult<Option<String>>;
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>>;
+
+    fn required_text(&self, column: &str) -> StoreResult<String> {
+        self.text(column)?.ok_or_else(|| StoreError::Corrupt(format!("{column} is NULL")))
+    }
+
+    fn required_integer(&self, column: &str) -> StoreResult<i64> {
+        self.integer(column)?.ok_or_else(|| StoreError::Corrupt(format!("{column} is NULL")))
+    }
+}
+
+impl Columns for AnyRow {
+    fn text(&self, column: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, column: &str) -> StoreResult<Option<String>> {
+        Ok(self.get(column)?)
+    }
+
+    fn integer(&self, column: &str) -> StoreResult<Option<i64>> {
+        Ok(self.get(column)?)
+    }
+}
+
+/// A row selected with [`SELECT_COLUMNS`].
+pub fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
+    let env = row.required_text("env")?;
+    let error = match row.text("error_type")? {
+        Some(error_type) => Some(WorkspaceError {
+            error_type,
+            message: row.text("error_message")?.unwrap_or_default(),
+            first_seen: row.integer("error_first_seen")?.unwrap_or_default(),
+            last_seen: row.integer("error_last_seen")?.unwrap_or_default(),
+            desired_state: parse_enum(&row.text("error_desired_state")?.unwrap_or_default())?,
+        }),
+        None => None,
+    };
+    Ok(Workspace {
+        agent_id: row.required_text("agent_id")?,
+        name: row.required_text("name")?,
+        namespace: row.required_text("namespace")?,
+        image: row.required_text("image")?,
+        cpu: row.text("cpu")?,
+        memory: row.text("memory")?,
+        env: serde_json::from_str(&env).map_err(|e| StoreError::Corrupt(format!("env: {e}")))?,
+        desired_state: parse_enum(&row.required_text("desired_state")?)?,
+        actual_state: parse_enum(&row.required_text("actual_state")?)?,
+        desired_state_updated_at: row.required_integer("desired_state_updated_at")?,
+        actual_state_updated_at: row.required_integer("actual_state_updated_at")?,
+        deployment_resource_version: row.text("deployment_resource_version")?,
+        responded_to_agent_at: row.integer("responded_to_agent_at")?,
+        force_include_all_resources: row.required_integer("force_include_all_resources")? != 0,
+        last_reported_at: row.integer("last_reported_at")?,
+        error,
+        created_at: row.required_integer("created_at")?,
+    })
+}
+
+/// One saved row, serialized with exactly the names of the reconcile's columns.
+#[derive(serde::Serialize)]
+pub struct SavedRow<'a> {
+    pub desired_state: String,
+    pub actual_state: String,
+    pub desired_state_updated_at: i64,
+    pub actual_state_updated_at: i64,
+    pub deployment_resource_version: Option<&'a str>,
+    pub responded_to_agent_at: Option<i64>,
+    pub force_include_all_resources: i64,
+    pub last_reported_at: Option<i64>,
+    pub error_type: Option<&'a str>,
+    pub error_message: Option<&'a str>,
+    pub error_first_seen: Option<i64>,
+    pub error_last_seen: Option<i64>,
+    pub error_desired_state: Option<String>,
+    pub agent_id: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> SavedRow<'a> {
+    pub fn of(w: &'a Workspace) -> Self {
+        let error = w.error.as_ref();
+        Self {
+            desired_state: state_text(&w.desired_state),
+            actual_state: state_text(&w.actual_state),
+            desired_state_updated_at: w.desired_state_updated_at,
+            actual_state_updated_at: w.actual_state_updated_at,
+            deployment_resource_version: w.deployment_resource_version.as_deref(),
+            responded_to_agent_at: w.responded_to_agent_at,
+            force_include_all_resources: i64::from(w.force_include_all_resources),
+            last_reported_at: w.last_reported_at,
+            error_type: error.map(|e| e.error_type.as_str()),
+            error_message: error.map(|e| e.message.as_str()),
+            error_first_seen: error.map(|e| e.first_seen),
+            error_last_seen: error.map(|e| e.last_seen),
+            error_desired_state: error.map(|e| state_text(&e.desired_state)),
+            agent_id: &w.agent_id,
+            name: &w.name,
+        }
+    }
+}
+
+impl SavedRow<'_> {
+    /// The row as SQLite parameters, in [`saved_order`].
+    pub fn sqlite_parameters(&self) -> StoreResult<Vec<rusqlite::types::Value>> {
+        use rusqlite::types::Value as Sql;
+        let json = serde_json::to_value(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        saved_order()
+            .map(|column| match &json[column] {
+                serde_json::Value::Null => Ok(Sql::Null),
+                serde_json::Value::String(text) => Ok(Sql::Text(text.clone())),
+                serde_json::Value::Number(n) => {
+                    n.as_i64().map(Sql::Integer).ok_or_else(|| StoreError::Corrupt(format!("{column}: {n}")))
+                }
+                other => Err(StoreError::Corrupt(format!("{column}: {other}"))),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> Workspace {
+        Workspace {
+            agent_id: "a".into(),
+            name: "w".into(),
+            namespace: "n".into(),
+            image: "i".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+            desired_state: crate::protocol::DesiredState::Running,
+            actual_state: crate::protocol::ActualState::Running,
+            desired_state_updated_at: 1,
+            actual_state_updated_at: 2,
+            deployment_resource_version: Some("7".into()),
+            responded_to_agent_at: None,
+            force_include_all_resources: true,
+            last_reported_at: Some(3),
+            error: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn saved_rows_carry_exactly_the_saved_columns() {
+        let workspace = workspace();
+        let json = serde_json::to_value(SavedRow::of(&workspace)).unwrap();
+        let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut columns: Vec<&str> = saved_order().collect();
+        keys.sort_unstable();
+        columns.sort_unstable();
+        assert_eq!(keys, columns);
+        assert_eq!(json["force_include_all_resources"], 1);
+    }
+
+    #[test]
+    fn sqlite_parameters_follow_the_statement() {
+        let workspace = workspace();
+        let parameters = SavedRow::of(&workspace).sqlite_parameters().unwrap();
+        assert_eq!(parameters.len(), 15);
+        assert!(SQLITE_SAVE.contains("desired_state = ?1,") && SQLITE_SAVE.ends_with("agent_id = ?14 AND name = ?15"));
+        assert_eq!(parameters[0], rusqlite::types::Value::Text("Running".into()));
+        assert_eq!(parameters[13], rusqlite::types::Value::Text("a".into()));
+        assert!(POSTGRES_SAVE.contains("v(agent_id TEXT, name TEXT, desired_state TEXT"), "{}", *POSTGRES_SAVE);
+    }
+}

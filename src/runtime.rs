@@ -1,0 +1,143 @@
+//! What every `wsync` process needs, whichever half it runs: logging and its level handle, the
+//! TLS crypto provider, the shutdown signal, durations on the command line, token files, and
+//! locks that survive a panic.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Changes the log filter of a running process (`info`, `wsync=debug`, …).
+pub type LogLevelHandle = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Install the subscriber; the returned handle changes the level filter while running.
+pub fn init_logging(format: LogFormat) -> LogLevelHandle {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => registry.with(fmt).init(),
+        LogFormat::Json => registry.with(fmt.json().flatten_event(true).with_current_span(true)).init(),
+    }
+    std::sync::Arc::new(move |directives: &str| {
+        let filter = tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    })
+}
+
+/// Install rustls' ring provider once. kube and reqwest share it; without a default, a build
+/// with two providers panics at the first TLS connection.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown requested");
+}
+
+/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!("invalid duration unit in {text:?}; use ms, s, m or h"));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[derive(thiserror::Error, Debug)]
+pub enum TokenFileError {
+    #[error("token file {path}: {source}")]
+    Unreadable { path: String, source: std::io::Error },
+    #[error("token file {path} is empty")]
+    Empty { path: String },
+}
+
+/// Read a token from a file (a mounted Secret, say), trimmed; the error names the file only.
+pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
+    let shown = || path.display().to_string();
+    let token = std::fs::read_to_string(path)
+        .map_err(|source| TokenFileError::Unreadable { path: shown(), source })?
+        .trim()
+        .to_string();
+    if token.is_empty() {
+        return Err(TokenFileError::Empty { path: shown() });
+    }
+    Ok(token)
+}
+
+/// A lock whose holder panicked still guards plain data that is whole between statements:
+/// keep serving it rather than spreading the panic to every later caller.
+pub trait LockExt<T> {
+    fn lock_unpoisoned(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> LockExt<T> for Mutex<T> {
+    fn lock_unpoisoned(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_serves_its_data() {
+        let lock = std::sync::Arc::new(Mutex::new(7));
+        let poisoner = lock.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = poisoner.lock_unpoisoned();
+            panic!("poison it");
+        })
+        .join();
+        assert!(lock.is_poisoned());
+        assert_eq!(*lock.lock_unpoisoned(), 7);
+    }
+}

@@ -1,0 +1,112 @@
+//! Agent + control plane + real apiserver, end to end: the real `wsync control-plane` on
+//! SQLite, the real `wsync agent`, kube-controller-manager, and a kubelet stand-in.
+
+use crate::support::system::System;
+use crate::support::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_lives_from_creation_to_termination() {
+    let env = env();
+    let system = System::start("e2e").await;
+    system.cli(&["create", "alice", "--image", "busybox:1.36", "--cpu", "100m", "--memory", "64Mi"]);
+    let workspace = system.wait_actual("alice", "Running").await;
+    let namespace = workspace["namespace"].as_str().expect("namespace").to_string();
+    let replicas = kubectl_ok(
+        env,
+        &["-n", &namespace, "get", "deployment", "alice", "-o", "jsonpath={.status.availableReplicas}"],
+    );
+    assert_eq!(replicas, "1", "the real deployment controller reports the pod available");
+
+    system.cli(&["stop", "alice"]);
+    system.wait_actual("alice", "Stopped").await;
+
+    system.cli(&["restart", "alice"]);
+    eventually("the restart to flip desired back to Running", LONG, || {
+        (system.workspace("alice")["desired_state"] == "Running").then_some(())
+    })
+    .await;
+    system.wait_actual("alice", "Running").await;
+
+    let table = system.cli(&["list"]);
+    assert!(table.lines().next().unwrap_or_default().starts_with("NAME"), "{table}");
+    assert!(table.contains("alice") && table.contains("Running"), "{table}");
+
+    system.cli(&["terminate", "alice"]);
+    system.wait_actual("alice", "Terminated").await;
+    eventually("the namespace really gone", LONG, || {
+        (!kubectl(env, &["get", "namespace", &namespace]).status.success()).then_some(())
+    })
+    .await;
+    let wss = wss_json(env, &system.id).expect("wss");
+    assert_eq!(wss["status"]["pendingErrorCount"], 0, "{wss}");
+    drop(system.agent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_config_shows_the_apiservers_message_and_survives_a_restart() {
+    let system = System::start("e2e-err").await;
+    // An environment variable name the apiserver rejects: the Deployment gets a 422.
+    system.cli(&["create", "bob", "--image", "busybox:1.36", "--env", "1BAD=x"]);
+    system.cli(&["create", "carol", "--image", "busybox:1.36"]);
+    let broken = system.wait_actual("bob", "Error").await;
+    let message = broken["error"]["message"].as_str().expect("an error message").to_string();
+    assert!(message.contains("Invalid value") && message.contains("1BAD"), "the apiserver's words: {message}");
+    assert_eq!(broken["error"]["error_type"], "applier");
+    system.wait_actual("carol", "Running").await;
+    let table = system.cli(&["list"]);
+    assert!(table.contains("applier error:") && table.contains("1BAD"), "{table}");
+
+    // What a person sees on the page, rendered by a real browser.
+    let page = chromium_dom(&format!("{}/agents/{}", system.control_plane.url, system.id));
+    assert!(page.contains("Workspaces of agent"), "{page}");
+    assert!(page.contains("bob") && page.contains("carol"), "{page}");
+    assert!(page.contains("1BAD"), "the error message in full: {page}");
+    for button in ["Start", "Stop", "Restart", "Terminate"] {
+        assert!(page.contains(&format!(">{button}</button>")), "{button} button: {page}");
+    }
+
+    // A control-plane restart on the same SQLite file loses nothing.
+    let before = system.cli(&["list", "-o", "json"]);
+    let mut system = system;
+    system.control_plane.restart();
+    let after = system.cli(&["list", "-o", "json"]);
+    let strip = |text: &str| -> Vec<(Value, Value, Value, Value)> {
+        let list: Vec<Value> = serde_json::from_str(text).expect("json");
+        list.iter()
+            .map(|w| {
+                (w["name"].clone(), w["desired_state"].clone(), w["error"]["message"].clone(), w["created_at"].clone())
+            })
+            .collect()
+    };
+    assert_eq!(strip(&before), strip(&after));
+    // And the agent keeps syncing with it.
+    system.cli(&["stop", "carol"]);
+    system.wait_actual("carol", "Stopped").await;
+}
+
+/// The page's DOM after a real browser loaded it.
+fn chromium_dom(url: &str) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .expect("chromium is installed (hack/install-prerequisites.sh installs it)");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}

@@ -1,0 +1,17 @@
+//! The real-apiserver tier, as one test binary: the real `wsync` binary, the real control
+//! plane, kubectl and headless Chromium against the local kube-apiserver 1.20
+//! (hack/local-cluster.sh). A missing apiserver fails every test here; none skips.
+//!
+//! Each scenario has its own agent id and namespaces, so scenarios run in parallel.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod applier;
+mod end_to_end;
+mod leader;
+mod ledger_leak;
+mod manifests;
+mod rbac;
+mod resync;
+mod sync_core;

@@ -1,0 +1,64 @@
+//! The manifests' RBAC is enough and no more: the agent runs as the wsync-agent ServiceAccount,
+//! with a token from the TokenRequest API, and does its whole job.
+
+use crate::support::stub::{Script, StubControlPlane, is_full};
+use crate::support::*;
+use std::time::Duration;
+
+const LONG: Duration = Duration::from_secs(60);
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:wsync-system:wsync-agent";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_syncs_with_only_the_manifests_permissions() {
+    let env = env();
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml");
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "apply", "-f", rbac]);
+    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", "wsync-agent", "--duration=1h"]);
+    let dir = tempfile::tempdir().unwrap();
+    let admin = std::fs::read_to_string(&env.admin_kubeconfig).unwrap();
+    let kubeconfig = dir.path().join("service-account.kubeconfig");
+    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).expect("admin token").to_string();
+    std::fs::write(&kubeconfig, admin.replace(&admin_token, token.trim())).unwrap();
+
+    // No more than it needs.
+    for (verb, resource) in [
+        ("create", "clusterrolebindings"),
+        ("create", "pods/exec"),
+        ("list", "secrets -n kube-system"),
+        ("watch", "secrets"),
+        ("delete", "customresourcedefinitions"),
+    ] {
+        let mut args = vec!["auth", "can-i", verb];
+        args.extend(resource.split(' '));
+        args.extend(["--as", SERVICE_ACCOUNT]);
+        let out = kubectl(env, &args);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no", "{verb} {resource}");
+    }
+
+    let client = admin_client(env).await;
+    let id = unique_id("rb");
+    let (ns, bad_ns) = (format!("{id}-1"), format!("{id}-bad"));
+    create_workspace(&client, &ns, "ws", Some(&id)).await;
+    let mut script = Script::with_intervals(300, 1);
+    script.configs.insert((ns.clone(), "ws".into()), inventory_config(&ns, "inv", &[config_map(&ns, "cfg")]));
+    script.always_return.push((bad_ns.clone(), "ws".into()));
+    script.configs.insert((bad_ns.clone(), "ws".into()), "kind: [broken".into());
+    let stub = StubControlPlane::start(script).await;
+    let agent = AgentProcess::start_as(kubeconfig, &id, &stub.url, crate::support::stub::STUB_TOKEN, &[]);
+
+    let (_, first) = stub.wait_for("the first cycle", 0, LONG, |_| true).await;
+    assert!(is_full(&first));
+    eventually("the config applied", LONG, || {
+        kubectl(env, &["-n", &ns, "get", "configmap", "cfg"]).status.success().then_some(())
+    })
+    .await;
+    eventually("the error recorded in the status", LONG, || {
+        (wss_json(env, &id)?["status"]["pendingErrorCount"].as_u64()? >= 1).then_some(())
+    })
+    .await;
+    let events = apply_failed_events(env, AGENT_NAMESPACE, &format!("involvedObject.name={id}"));
+    assert!(!events.trim().is_empty(), "the ApplyFailed event was emitted");
+    stub.wait_for("more cycles", 4, LONG, |_| true).await;
+    let logs = agent.logs();
+    assert!(!logs.contains("forbidden") && !logs.contains("Forbidden"), "a permission is missing:\n{logs}");
+}
