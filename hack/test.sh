@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints, unit tests, and the real-apiserver tier.
+# The project's test command: the layout's rules, formatting, lints, unit tests, and the
+# real-apiserver tier.
 # Brings up (and, the first time, builds) the local kube-apiserver, and a throw-away
 # PostgreSQL; a missing one fails the run.
 set -euo pipefail
@@ -21,6 +22,8 @@ if ! eval "$(hack/local-postgres.sh env)" || ! psql "$WSYNC_TEST_POSTGRES_URL" -
 fi
 eval "$(hack/local-postgres.sh env)"
 
+echo "== layout (docs/ARCHITECTURE.md)"
+python3 hack/check-layout.py
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy -D warnings"

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The layout's rules (docs/ARCHITECTURE.md), checked on the sources; exits 1 on a breach.
+
+1. The halves meet only over HTTP: src/control_plane/ and src/cli.rs import nothing from the
+   agent, and src/agent/ nothing from the control plane.
+2. The agent's decision code has no `.await` and no client.
+3. No import circle between the files of src/.
+4. No file over 400 lines unless its opening comment says why ("Longer than 400 lines: ...").
+"""
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+MAX_LINES = 400
+PURE = ["src/agent/sync", "src/agent/apply/plan.rs", "src/agent/apply/plan", "src/agent/apply/pull_secrets.rs"]
+NO_IO = re.compile(r"\.await\b|\bkube::Client\b|\bClient::|\bApi<|\breqwest::")
+FORBIDDEN = {
+    "src/control_plane": re.compile(r"\b(crate|wsync)::agent\b"),
+    "src/cli.rs": re.compile(r"\b(crate|wsync)::agent\b"),
+    "src/agent": re.compile(r"\b(crate|wsync)::control_plane\b"),
+}
+
+
+def rel(path):
+    return path.relative_to(ROOT).as_posix()
+
+
+def code_lines(path):
+    """The file's lines without comments, so that prose may name what code may not."""
+    return [line.split("//", 1)[0] for line in path.read_text().splitlines()]
+
+
+def module_path(path):
+    """src/agent/sync/ledger.rs -> ["agent", "sync", "ledger"]; mod.rs and lib.rs name their directory."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return parts
+
+
+def files_by_module():
+    return {tuple(module_path(p)): p for p in SRC.rglob("*.rs")}
+
+
+def resolve(path, used, modules):
+    """The file a `use` path names: the longest module prefix that is a file of its own."""
+    here = module_path(path)
+    words = used.split("::")
+    if words[0] == "crate":
+        target = words[1:]
+    elif words[0] in ("self", "super"):
+        target = list(here)
+        while words and words[0] in ("self", "super"):
+            if words[0] == "super":
+                target = target[:-1]
+            words = words[1:]
+        target += words
+    elif tuple(here + [words[0]]) in modules:
+        target = list(here) + words  # a child module, named bare
+    else:
+        return None
+    for end in range(len(target), -1, -1):
+        candidate = modules.get(tuple(target[:end]))
+        if candidate is not None:
+            return candidate
+    return None
+
+
+USE = re.compile(r"\b(?:use|pub use)\s+(\w+(?:::\w+)*)")
+
+
+def imports(path, modules):
+    found = set()
+    in_tests = False
+    for line in code_lines(path):
+        if re.match(r"\s*#\[cfg\(test\)\]", line):
+            in_tests = True
+        if in_tests:
+            continue
+        uses = list(USE.finditer(line))
+        inline = [] if uses else re.finditer(r"\b(crate(?:::\w+)+)", line)
+        for match in [*uses, *inline]:
+            target = resolve(path, match.group(1), modules)
+            if target is not None and target != path:
+                found.add(target)
+    return found
+
+
+def is_test_file(path):
+    return path.name == "tests.rs" or "verifier" in path.name
+
+
+def cycles(graph):
+    """Every import circle, as a list of files, found by depth-first search."""
+    found, state, stack = [], {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def matching_lines(prefix, pattern, what):
+    base = ROOT / prefix
+    paths = [base] if base.is_file() else sorted(base.rglob("*.rs"))
+    return [
+        f"{rel(path)}:{number}: {what}: {line.strip()}"
+        for path in paths
+        for number, line in enumerate(code_lines(path), 1)
+        if pattern.search(line)
+    ]
+
+
+def main():
+    problems = []
+    for prefix, pattern in FORBIDDEN.items():
+        problems += matching_lines(prefix, pattern, "crosses between the halves")
+    for prefix in PURE:
+        problems += matching_lines(prefix, NO_IO, "I/O in decision code")
+    modules = files_by_module()
+    graph = {path: imports(path, modules) for path in modules.values() if not is_test_file(path)}
+    for circle in cycles(graph):
+        problems.append("import circle: " + " -> ".join(rel(p) for p in circle))
+    for path in sorted(list(SRC.rglob("*.rs")) + list((ROOT / "tests").rglob("*.rs")) + list((ROOT / "benches").rglob("*.rs"))):
+        text = path.read_text()
+        count = text.count("\n")
+        opening = "\n".join(line for line in text.splitlines()[:15] if line.startswith("//"))
+        if count > MAX_LINES and "Longer than 400 lines:" not in opening:
+            problems.append(f"{rel(path)}: {count} lines, and its opening comment does not say why")
+    for problem in problems:
+        print(problem)
+    if problems:
+        sys.exit(1)
+    print(f"layout: {len(graph)} files, no import circle, halves apart, decision code free of I/O")
+
+
+if __name__ == "__main__":
+    main()
