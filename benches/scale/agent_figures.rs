@@ -158,7 +158,7 @@ pub struct Baseline {
     pub heap: Option<u64>,
 }
 
-/// The heap in use the agent last logged after trimming (`src/agent/memory.rs`).
+/// The heap in use the agent last logged after trimming (`src/allocator.rs`).
 fn heap_in_use(agent: &AgentProcess) -> Option<u64> {
     let logs = agent.logs();
     let line = logs.lines().rev().find(|l| l.contains("heap_in_use_bytes="))?;
