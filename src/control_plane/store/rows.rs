@@ -203,19 +203,33 @@ impl<'a> SavedRow<'a> {
 }
 
 impl SavedRow<'_> {
-    /// The row as SQLite parameters, in [`saved_order`].
-    pub fn sqlite_parameters(&self) -> StoreResult<Vec<rusqlite::types::Value>> {
-        use rusqlite::types::Value as Sql;
-        let json = serde_json::to_value(self).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    /// One column's value, by its name in [`COLUMNS`]; None for a column a reconcile does not
+    /// write. The test below checks every saved column has one.
+    fn value(&self, column: &str) -> Option<&dyn rusqlite::ToSql> {
+        Some(match column {
+            "desired_state" => &self.desired_state,
+            "actual_state" => &self.actual_state,
+            "desired_state_updated_at" => &self.desired_state_updated_at,
+            "actual_state_updated_at" => &self.actual_state_updated_at,
+            "deployment_resource_version" => &self.deployment_resource_version,
+            "responded_to_agent_at" => &self.responded_to_agent_at,
+            "force_include_all_resources" => &self.force_include_all_resources,
+            "last_reported_at" => &self.last_reported_at,
+            "error_type" => &self.error_type,
+            "error_message" => &self.error_message,
+            "error_first_seen" => &self.error_first_seen,
+            "error_last_seen" => &self.error_last_seen,
+            "error_desired_state" => &self.error_desired_state,
+            "agent_id" => &self.agent_id,
+            "name" => &self.name,
+            _ => return None,
+        })
+    }
+
+    /// The row as SQLite parameters, in [`saved_order`], borrowed: no copy per reconcile.
+    pub fn sqlite_parameters(&self) -> StoreResult<Vec<&dyn rusqlite::ToSql>> {
         saved_order()
-            .map(|column| match &json[column] {
-                serde_json::Value::Null => Ok(Sql::Null),
-                serde_json::Value::String(text) => Ok(Sql::Text(text.clone())),
-                serde_json::Value::Number(n) => {
-                    n.as_i64().map(Sql::Integer).ok_or_else(|| StoreError::Corrupt(format!("{column}: {n}")))
-                }
-                other => Err(StoreError::Corrupt(format!("{column}: {other}"))),
-            })
+            .map(|column| self.value(column).ok_or_else(|| StoreError::Corrupt(format!("no value for {column}"))))
             .collect()
     }
 }
@@ -261,11 +275,19 @@ mod tests {
     #[test]
     fn sqlite_parameters_follow_the_statement() {
         let workspace = workspace();
-        let parameters = SavedRow::of(&workspace).sqlite_parameters().unwrap();
+        let row = SavedRow::of(&workspace);
+        let parameters = row.sqlite_parameters().unwrap();
         assert_eq!(parameters.len(), 15);
         assert!(SQLITE_SAVE.contains("desired_state = ?1,") && SQLITE_SAVE.ends_with("agent_id = ?14 AND name = ?15"));
-        assert_eq!(parameters[0], rusqlite::types::Value::Text("Running".into()));
-        assert_eq!(parameters[13], rusqlite::types::Value::Text("a".into()));
+        let text = |i: usize| match parameters[i].to_sql().unwrap() {
+            rusqlite::types::ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(t)) => {
+                String::from_utf8_lossy(t).to_string()
+            }
+            rusqlite::types::ToSqlOutput::Owned(rusqlite::types::Value::Text(t)) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(0), "Running");
+        assert_eq!(text(13), "a");
         assert!(POSTGRES_SAVE.contains("v(agent_id TEXT, name TEXT, desired_state TEXT"), "{}", *POSTGRES_SAVE);
     }
 }
