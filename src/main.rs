@@ -84,12 +84,12 @@ async fn run() -> ExitCode {
         Command::Agent(args) => {
             let log_level = init_logging(cli.log_format);
             install_crypto_provider();
-            exit(wsync::agent::run(*args, log_level).await)
+            exit(wsync::agent::run(*args, log_level).await, wsync::agent::error::Error::reason)
         }
         Command::ControlPlane(args) => {
             init_logging(cli.log_format);
             install_crypto_provider();
-            exit(wsync::control_plane::run(*args).await)
+            exit(wsync::control_plane::run(*args).await, wsync::control_plane::error::Error::reason)
         }
         Command::Agents { server, command } => {
             install_crypto_provider();
@@ -106,11 +106,12 @@ async fn run() -> ExitCode {
     }
 }
 
-fn exit<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
+/// A half's error is logged with its reason, which a log search can key on.
+fn exit<E: std::fmt::Display>(result: Result<(), E>, reason: fn(&E) -> &'static str) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(%error, "exiting");
+            tracing::error!(%error, reason = reason(&error), "exiting");
             ExitCode::FAILURE
         }
     }

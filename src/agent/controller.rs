@@ -8,7 +8,7 @@ use super::actions;
 use super::context::Context;
 use super::error::{Error, Result, api_message};
 use super::metrics::{CycleLabels, StatusLabel, UpdateTypeLabel};
-use super::retry::retry_transient;
+use super::retry::{retry_transient, when};
 use super::sync::backoff::Backoff;
 use super::sync::cycle;
 use super::sync::outcome;
@@ -249,10 +249,7 @@ fn uid(wss: &WorkspaceSyncStatus) -> Option<u64> {
 async fn recreate_ledger_object(ctx: &Context) {
     tracing::warn!("the WorkspaceSyncStatus was deleted; recreating it from the agent's memory");
     ctx.forget_written().await;
-    let mut leading = ctx.leading.clone();
-    let term_over = async move {
-        let _ = leading.wait_for(|l| !*l).await;
-    };
+    let term_over = when(ctx.leading.clone(), false);
     let recreated = retry_transient("recreating the WorkspaceSyncStatus", Backoff::RECREATE, term_over, || {
         ctx.cluster.ensure_ledger_object()
     })

@@ -22,7 +22,7 @@ use control_plane_client::{ControlPlaneClient, ControlPlaneConfig};
 use error::{Error, Result};
 use k8s::{Cluster, ClusterConfig};
 use kube_lease_manager::LeaseManagerBuilder;
-use retry::retry_transient;
+use retry::{retry_transient, when};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,15 +117,11 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     });
     let metrics = metrics::Metrics::new();
     let server = metrics::serve(args.metrics_address, metrics.clone(), log_level).await?;
-    let stopped = || {
-        let mut stop = stop.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    };
     let cluster = Cluster::new(client.clone(), cluster_config(&args));
-    retry_transient("checking the WorkspaceSyncStatus CRD", Backoff::START_UP, stopped(), || cluster.check_crd())
-        .await?;
+    retry_transient("checking the WorkspaceSyncStatus CRD", Backoff::START_UP, when(stop.clone(), true), || {
+        cluster.check_crd()
+    })
+    .await?;
     metrics.set_crd_present();
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
@@ -133,7 +129,7 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
         format!("{}-{}", host.trim(), std::process::id())
     });
     let lease_name = format!("wsync-agent-{}", args.agent_id);
-    let lease = retry_transient("creating the leader Lease", Backoff::START_UP, stopped(), || async {
+    let lease = retry_transient("creating the leader Lease", Backoff::START_UP, when(stop.clone(), true), || async {
         LeaseManagerBuilder::new(client.clone(), &lease_name)
             .with_namespace(&args.namespace)
             .with_identity(&identity)
@@ -211,16 +207,11 @@ async fn lead(
         connect_timeout: args.connect_timeout,
         request_timeout: args.request_timeout,
     })?;
-    let stopped = {
-        let mut stop = stop.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    };
-    let (wss, created) = retry_transient("reading the WorkspaceSyncStatus", Backoff::START_UP, stopped, || {
-        cluster.ensure_ledger_object()
-    })
-    .await?;
+    let (wss, created) =
+        retry_transient("reading the WorkspaceSyncStatus", Backoff::START_UP, when(stop.clone(), true), || {
+            cluster.ensure_ledger_object()
+        })
+        .await?;
     if created {
         tracing::info!(agent = %args.agent_id, namespace = %args.namespace, "created the WorkspaceSyncStatus");
     }

@@ -2,6 +2,7 @@
 
 use super::error::{Error, Result};
 use super::sync::backoff::Backoff;
+use tokio::sync::watch;
 
 /// Retry `step` while it fails transiently. A permanent error (a missing CRD, a bad
 /// configuration) returns at once; so does the last error once `stop` resolves.
@@ -31,4 +32,9 @@ where
             _ = &mut stop => return Err(error),
         }
     }
+}
+
+/// Resolves once `signal` holds `value`, or its sender is gone: the stop of a wait.
+pub async fn when(mut signal: watch::Receiver<bool>, value: bool) {
+    let _ = signal.wait_for(|current| *current == value).await;
 }

@@ -200,9 +200,7 @@ impl ApiCalls {
             let project = |ns: WorkspaceNamespace| Some((ns.name_any(), own_namespace_record(&ns.metadata)));
             follow(api, watcher::Config::default().labels(&own), "namespace", project, |event| match event {
                 Followed::Listed(all) => self.cache.replace_namespaces(all),
-                Followed::Applied(ns) => {
-                    self.cache.set_own_namespace(&ns.name_any(), own_namespace_record(&ns.metadata))
-                }
+                Followed::Applied((name, record)) => self.cache.set_own_namespace(&name, record),
                 Followed::Deleted(ns) => self.cache.forget_namespace(&ns.name_any()),
             })
             .await
@@ -216,9 +214,8 @@ impl ApiCalls {
             };
             follow(api, config, "inventory", project, |event| match event {
                 Followed::Listed(all) => self.cache.replace_inventories(all),
-                Followed::Applied(cm) => {
-                    let (rv, members) = inventory_projection(&cm);
-                    self.cache.set_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any(), &rv, members);
+                Followed::Applied(((namespace, name), (rv, members))) => {
+                    self.cache.set_inventory(&namespace, &name, &rv, members)
                 }
                 Followed::Deleted(cm) => {
                     self.cache.forget_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any())

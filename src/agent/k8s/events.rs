@@ -3,7 +3,7 @@
 use super::Cluster;
 use crate::agent::error::api_message;
 use crate::agent::sync::error_tracker::cap_message_to;
-use crate::agent::sync::outcome::{EventTarget, failure_event};
+use crate::agent::sync::outcome::failure_event_note;
 use crate::agent::sync::workspace::WorkspaceKey;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -28,11 +28,8 @@ impl Cluster {
             true => self.deployment_reference(key).await,
             false => None,
         };
-        let (target, note) = failure_event(key, message, deployment.is_some());
-        let regarding = match (target, deployment) {
-            (EventTarget::Deployment, Some(reference)) => reference,
-            _ => self.ledger_reference(),
-        };
+        let note = failure_event_note(key, message, deployment.is_some());
+        let regarding = deployment.unwrap_or_else(|| self.ledger_reference());
         self.warn_event(&regarding, key, reason, action, &note).await;
     }
 

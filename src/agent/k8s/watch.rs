@@ -7,13 +7,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 pub enum Followed<K, P> {
     /// A (re)list: the whole current set, projected.
     Listed(Vec<P>),
-    Applied(K),
+    /// One object added or changed, projected.
+    Applied(P),
+    /// One object gone, as last seen.
     Deleted(K),
 }
 
 /// Follow a watch until it ends; the watcher's own backoff rides out apiserver trouble.
-/// Each object is projected as it arrives (None drops it), so a relist of thousands never
-/// holds the objects themselves.
+/// Each listed or applied object is projected as it arrives (None drops it), so a relist of
+/// thousands never holds the objects themselves.
 pub async fn follow<K, P>(
     api: Api<K>,
     config: watcher::Config,
@@ -34,7 +36,11 @@ pub async fn follow<K, P>(
                 }
             }
             Ok(Some(watcher::Event::InitDone)) => on(Followed::Listed(relisted.take().unwrap_or_default())),
-            Ok(Some(watcher::Event::Apply(object))) => on(Followed::Applied(object)),
+            Ok(Some(watcher::Event::Apply(object))) => {
+                if let Some(projected) = project(object) {
+                    on(Followed::Applied(projected));
+                }
+            }
             Ok(Some(watcher::Event::Delete(object))) => on(Followed::Deleted(object)),
             Ok(None) => return,
             Err(error) => tracing::warn!(%error, "{what} watch failed; retrying with backoff"),

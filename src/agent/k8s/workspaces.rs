@@ -45,9 +45,7 @@ impl Cluster {
         let config = watcher::Config::default().labels(&self.config.workspace_selector());
         follow(api, config, "workspace", DeploymentProjection::from_deployment, |event| {
             let changed = match event {
-                Followed::Applied(d) => {
-                    DeploymentProjection::from_deployment(d).is_some_and(|p| index.lock().upsert(p))
-                }
+                Followed::Applied(projection) => index.lock().upsert(projection),
                 Followed::Deleted(d) => {
                     let key = WorkspaceKey::new(d.namespace().unwrap_or_default(), d.name_any());
                     index.lock().remove(&key)

@@ -15,20 +15,13 @@ pub fn failed_cycle(error: &Error) -> SyncOutcome {
     SyncOutcome::failed(error.reason(), message)
 }
 
-/// The object a workspace's failure Event hangs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventTarget {
-    /// The workspace's Deployment: `kubectl describe deployment` shows it.
-    Deployment,
-    /// The WorkspaceSyncStatus, when there is no Deployment (yet): the note names the workspace.
-    LedgerObject,
-}
-
-/// Where a failure Event goes, and its note, given whether the Deployment was found.
-pub fn failure_event(key: &WorkspaceKey, message: &str, deployment_found: bool) -> (EventTarget, String) {
-    match deployment_found {
-        true => (EventTarget::Deployment, message.to_string()),
-        false => (EventTarget::LedgerObject, format!("workspace {key}: {message}")),
+/// A failure Event's note. It hangs on the workspace's Deployment when there is one, which
+/// `kubectl describe deployment` shows; else on the WorkspaceSyncStatus, where the note must
+/// name the workspace.
+pub fn failure_event_note(key: &WorkspaceKey, message: &str, on_deployment: bool) -> String {
+    match on_deployment {
+        true => message.to_string(),
+        false => format!("workspace {key}: {message}"),
     }
 }
 
@@ -51,7 +44,7 @@ mod tests {
     #[test]
     fn an_event_without_a_deployment_names_its_workspace() {
         let key = WorkspaceKey::new("ns", "ws");
-        assert_eq!(failure_event(&key, "boom", true), (EventTarget::Deployment, "boom".into()));
-        assert_eq!(failure_event(&key, "boom", false), (EventTarget::LedgerObject, "workspace ns/ws: boom".into()));
+        assert_eq!(failure_event_note(&key, "boom", true), "boom");
+        assert_eq!(failure_event_note(&key, "boom", false), "workspace ns/ws: boom");
     }
 }

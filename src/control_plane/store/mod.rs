@@ -195,16 +195,7 @@ impl Store {
         }
         self.workspace(agent_id, name).await
     }
-}
 
-fn conflict(error: sqlx::Error, message: String) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(message),
-        _ => StoreError::Database(error),
-    }
-}
-
-impl Store {
     /// One reconcile, in one transaction: on SQLite through the store's writer thread, which
     /// commits concurrent reconciles together; on PostgreSQL under the agent's row lock.
     pub async fn reconcile(
@@ -217,5 +208,12 @@ impl Store {
             Backend::Sqlite(writer) => writer.reconcile(agent.clone(), request, config.clone()).await,
             Backend::Postgres => self.reconcile_postgres(agent, &request, config).await,
         }
+    }
+}
+
+fn conflict(error: sqlx::Error, message: String) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(message),
+        _ => StoreError::Database(error),
     }
 }
