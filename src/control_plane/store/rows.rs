@@ -202,35 +202,45 @@ impl<'a> SavedRow<'a> {
     }
 }
 
+/// Where each of [`saved_order`]'s columns sits in [`SavedRow::fields`], worked out once:
+/// reconciles save thousands of rows a second on SQLite's one writer thread.
+static SQLITE_ORDER: std::sync::OnceLock<Result<Vec<usize>, String>> = std::sync::OnceLock::new();
+
 impl SavedRow<'_> {
-    /// One column's value, by its name in [`COLUMNS`]; None for a column a reconcile does not
-    /// write. The test below checks every saved column has one.
-    fn value(&self, column: &str) -> Option<&dyn rusqlite::ToSql> {
-        Some(match column {
-            "desired_state" => &self.desired_state,
-            "actual_state" => &self.actual_state,
-            "desired_state_updated_at" => &self.desired_state_updated_at,
-            "actual_state_updated_at" => &self.actual_state_updated_at,
-            "deployment_resource_version" => &self.deployment_resource_version,
-            "responded_to_agent_at" => &self.responded_to_agent_at,
-            "force_include_all_resources" => &self.force_include_all_resources,
-            "last_reported_at" => &self.last_reported_at,
-            "error_type" => &self.error_type,
-            "error_message" => &self.error_message,
-            "error_first_seen" => &self.error_first_seen,
-            "error_last_seen" => &self.error_last_seen,
-            "error_desired_state" => &self.error_desired_state,
-            "agent_id" => &self.agent_id,
-            "name" => &self.name,
-            _ => return None,
-        })
+    /// Every value with its column's name in [`COLUMNS`]; a test checks they are exactly the
+    /// saved columns.
+    fn fields(&self) -> [(&'static str, &dyn rusqlite::ToSql); 15] {
+        [
+            ("desired_state", &self.desired_state),
+            ("actual_state", &self.actual_state),
+            ("desired_state_updated_at", &self.desired_state_updated_at),
+            ("actual_state_updated_at", &self.actual_state_updated_at),
+            ("deployment_resource_version", &self.deployment_resource_version),
+            ("responded_to_agent_at", &self.responded_to_agent_at),
+            ("force_include_all_resources", &self.force_include_all_resources),
+            ("last_reported_at", &self.last_reported_at),
+            ("error_type", &self.error_type),
+            ("error_message", &self.error_message),
+            ("error_first_seen", &self.error_first_seen),
+            ("error_last_seen", &self.error_last_seen),
+            ("error_desired_state", &self.error_desired_state),
+            ("agent_id", &self.agent_id),
+            ("name", &self.name),
+        ]
     }
 
     /// The row as SQLite parameters, in [`saved_order`], borrowed: no copy per reconcile.
     pub fn sqlite_parameters(&self) -> StoreResult<Vec<&dyn rusqlite::ToSql>> {
-        saved_order()
-            .map(|column| self.value(column).ok_or_else(|| StoreError::Corrupt(format!("no value for {column}"))))
-            .collect()
+        let fields = self.fields();
+        let order = SQLITE_ORDER.get_or_init(|| {
+            saved_order()
+                .map(|column| {
+                    fields.iter().position(|(name, _)| *name == column).ok_or(format!("no value for {column}"))
+                })
+                .collect()
+        });
+        let order = order.as_ref().map_err(|e| StoreError::Corrupt(e.clone()))?;
+        Ok(order.iter().map(|&i| fields[i].1).collect())
     }
 }
 
@@ -288,6 +298,11 @@ mod tests {
         };
         assert_eq!(text(0), "Running");
         assert_eq!(text(13), "a");
+        let mut fields: Vec<&str> = row.fields().iter().map(|(name, _)| *name).collect();
+        let mut saved: Vec<&str> = saved_order().collect();
+        fields.sort_unstable();
+        saved.sort_unstable();
+        assert_eq!(fields, saved, "one value per saved column, no more");
         assert!(POSTGRES_SAVE.contains("v(agent_id TEXT, name TEXT, desired_state TEXT"), "{}", *POSTGRES_SAVE);
     }
 }
