@@ -14,7 +14,14 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 MAX_LINES = 400
-PURE = ["src/agent/sync", "src/agent/apply/plan.rs", "src/agent/apply/plan", "src/agent/apply/pull_secrets.rs"]
+PURE = [
+    "src/agent/sync",
+    "src/agent/apply/plan.rs",
+    "src/agent/apply/plan",
+    "src/agent/apply/pull_secrets.rs",
+    "src/agent/apply/field_policy.rs",
+    "src/agent/apply/pod_security.rs",
+]
 NO_IO = re.compile(r"\.await\b|\bkube::Client\b|\bClient::|\bApi<|\breqwest::")
 FORBIDDEN = {
     "src/control_plane": re.compile(r"\b(crate|wsync)::agent\b"),

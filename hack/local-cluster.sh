@@ -153,6 +153,10 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  # Every read of a Secret too: the hostile control-plane suite shows the agent reads none
+  # but its allowed pull-secret sources.
+  - level: Metadata
+    resources: [{group: "", resources: ["secrets"]}]
   - level: None
 EOF
   local user token

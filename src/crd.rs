@@ -17,6 +17,8 @@ pub const RESYNC_REQUESTED_ANNOTATION: &str = "wsync.dev/resync-requested";
 
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_SYNCED: &str = "Synced";
+/// Present (True) while the control plane's last settings were refused and older ones hold.
+pub const CONDITION_SETTINGS_REJECTED: &str = "SettingsRejected";
 /// Present (True) only while pending errors beyond the status's size budget were left out.
 pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
 
@@ -116,7 +118,7 @@ impl WorkspaceSyncStatus {
 }
 
 /// The CRD as YAML, as `wsync crd` prints it and `crds/` holds it.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crd_yaml() -> Result<String, serde_saphyr::SerializeError> {
     use kube::CustomResourceExt;
-    serde_yaml::to_string(&WorkspaceSyncStatus::crd())
+    crate::yaml::to_string(&WorkspaceSyncStatus::crd())
 }

@@ -147,11 +147,23 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Both intervals positive, and partial strictly shorter than full.
+    /// The shortest partial interval an agent accepts: a faster one would hammer the control plane.
+    pub const MIN_PARTIAL_SECONDS: u64 = 1;
+    /// The longest full interval an agent accepts: drift must be repaired within a week.
+    pub const MAX_FULL_SECONDS: u64 = 7 * 24 * 3600;
+
+    /// Partial at least 1 s, full at most 7 days, and partial strictly shorter than full.
     pub fn validate(&self) -> Result<(), String> {
         let (full, partial) = (self.full_reconciliation_interval_seconds, self.partial_reconciliation_interval_seconds);
         if full == 0 || partial == 0 {
             return Err(format!("intervals must be positive (full {full}s, partial {partial}s)"));
+        }
+        if partial < Self::MIN_PARTIAL_SECONDS || full > Self::MAX_FULL_SECONDS {
+            return Err(format!(
+                "intervals out of bounds (full {full}s, at most {}s; partial {partial}s, at least {}s)",
+                Self::MAX_FULL_SECONDS,
+                Self::MIN_PARTIAL_SECONDS
+            ));
         }
         if partial >= full {
             return Err(format!("partial interval {partial}s must be shorter than full interval {full}s"));
@@ -200,5 +212,8 @@ mod tests {
         assert!(bad(10, 0).validate().is_err());
         assert!(bad(10, 10).validate().is_err());
         assert!(bad(10, 20).validate().is_err());
+        assert!(bad(Settings::MAX_FULL_SECONDS, 1).validate().is_ok());
+        let error = bad(1_000_000_000_000, 10).validate().unwrap_err();
+        assert!(error.contains("out of bounds"), "{error}");
     }
 }

@@ -1,30 +1,57 @@
-//! All YAML parsing lives here, so the archived `serde_yaml` can be swapped in one place.
+//! All YAML lives here, on serde-saphyr (serde_yaml is archived). A config comes from the
+//! control plane, which is not trusted (DESIGN §2, "Trust": how much): the parser's budget
+//! bounds its events, anchors and aliases, and the documents are built against a byte budget
+//! that counts every aliased copy, so a 14 KB billion-laughs stream is refused at 1 MiB of
+//! expansion instead of growing the agent by hundreds of megabytes.
 
 use kube::api::DynamicObject;
-use serde::Deserialize;
+use serde::de::{Deserialize, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use std::cell::Cell;
+use std::fmt;
+
+/// One workspace's config, before and after alias expansion.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 
 #[derive(thiserror::Error, Debug)]
 pub enum YamlError {
-    #[error("document {index}: invalid YAML: {source}")]
-    Parse { index: usize, source: serde_yaml::Error },
+    #[error("the config is {0} bytes; at most {MAX_CONFIG_BYTES} are accepted")]
+    TooLarge(usize),
+    #[error("invalid YAML: {0}")]
+    Parse(serde_saphyr::Error),
     #[error("document {index}: not a Kubernetes object: {source}")]
     NotAnObject { index: usize, source: serde_json::Error },
     #[error("document {index}: missing {field}")]
     MissingField { index: usize, field: &'static str },
 }
 
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_events: 250_000,
+            max_aliases: 1_000,
+            max_anchors: 1_000,
+            max_recorded_anchor_events: 250_000,
+            max_recorded_anchor_bytes: MAX_CONFIG_BYTES,
+        },
+    }
+}
+
 /// Parse a multi-document stream into objects. Empty documents are skipped; any broken one
 /// fails the whole stream, so that nothing of a half-understood config is applied.
 pub fn parse_objects(stream: &str) -> Result<Vec<DynamicObject>, YamlError> {
-    let mut objects = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(stream).enumerate() {
-        let value = serde_yaml::Value::deserialize(document).map_err(|source| YamlError::Parse { index, source })?;
+    if stream.len() > MAX_CONFIG_BYTES {
+        return Err(YamlError::TooLarge(stream.len()));
+    }
+    LEFT.with(|left| left.set(MAX_CONFIG_BYTES));
+    let documents: Vec<Budgeted> =
+        serde_saphyr::from_multiple_with_options(stream, options()).map_err(YamlError::Parse)?;
+    let mut objects = Vec::with_capacity(documents.len());
+    for (index, Budgeted(value)) in documents.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
-        let json = serde_json::to_value(&value).map_err(|source| YamlError::NotAnObject { index, source })?;
         let object: DynamicObject =
-            serde_json::from_value(json).map_err(|source| YamlError::NotAnObject { index, source })?;
+            serde_json::from_value(value).map_err(|source| YamlError::NotAnObject { index, source })?;
         let types = object.types.as_ref().ok_or(YamlError::MissingField { index, field: "apiVersion/kind" })?;
         if types.kind.is_empty() || types.api_version.is_empty() {
             return Err(YamlError::MissingField { index, field: "apiVersion/kind" });
@@ -37,9 +64,117 @@ pub fn parse_objects(stream: &str) -> Result<Vec<DynamicObject>, YamlError> {
     Ok(objects)
 }
 
-/// Serialize any value as YAML, for CLI output and the CRD.
-pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(value)
+/// Serialize any value as YAML, for CLI output, the CRD and the control plane's configs.
+pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(value)
+}
+
+thread_local! {
+    /// Bytes the document being built may still take. Parsing is synchronous, so one per thread.
+    static LEFT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A JSON value built under the byte budget: each scalar costs its length, each node a little.
+struct Budgeted(serde_json::Value);
+
+fn charge<E: serde::de::Error>(bytes: usize) -> Result<(), E> {
+    LEFT.with(|left| match left.get().checked_sub(bytes.saturating_add(2)) {
+        Some(rest) => {
+            left.set(rest);
+            Ok(())
+        }
+        None => Err(E::custom(format!(
+            "the config expands past {MAX_CONFIG_BYTES} bytes (anchors and aliases count once per use)"
+        ))),
+    })
+}
+
+impl<'de> Deserialize<'de> for Budgeted {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(BudgetedVisitor).map(Budgeted)
+    }
+}
+
+struct BudgetedVisitor;
+
+impl<'de> Visitor<'de> for BudgetedVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        charge(5)?;
+        Ok(v.into())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        charge(20)?;
+        Ok(v.into())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        charge(20)?;
+        Ok(v.into())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        charge(24)?;
+        serde_json::Number::from_f64(v).map(Into::into).ok_or_else(|| E::custom(format!("{v} is not a JSON number")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        charge(v.len())?;
+        Ok(v.into())
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        charge(v.len())?;
+        Ok(v.into())
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Self::Value, E> {
+        Err(E::custom("binary values are not Kubernetes fields"))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        charge(4)?;
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        Budgeted::deserialize(deserializer).map(|b| b.0)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        charge::<A::Error>(0)?;
+        let mut items = Vec::new();
+        while let Some(Budgeted(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(items.into())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        charge::<A::Error>(0)?;
+        let mut fields = serde_json::Map::new();
+        while let Some(Budgeted(key)) = map.next_key()? {
+            let key = match key {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Null => return Err(A::Error::custom("a null mapping key")),
+                scalar @ (serde_json::Value::Bool(_) | serde_json::Value::Number(_)) => scalar.to_string(),
+                _ => return Err(A::Error::custom("a mapping key that is not a scalar")),
+            };
+            let Budgeted(value) = map.next_value()?;
+            fields.insert(key, value);
+        }
+        Ok(fields.into())
+    }
 }
 
 #[cfg(test)]
@@ -57,7 +192,7 @@ mod tests {
     #[test]
     fn broken_document_fails_the_stream_and_names_it() {
         let err = parse_objects("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: [").unwrap_err();
-        assert!(err.to_string().starts_with("document 1"), "{err}");
+        assert!(err.to_string().starts_with("invalid YAML"), "{err}");
         let err = parse_objects("apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n").unwrap_err();
         assert!(err.to_string().contains("metadata.name"), "{err}");
         let err = parse_objects("just a string").unwrap_err();
@@ -67,5 +202,34 @@ mod tests {
     #[test]
     fn empty_stream_is_nothing_to_apply() {
         assert!(parse_objects("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_billion_laughs_is_refused_within_the_budget() {
+        // One list of 3,000 items, aliased 3,000 times: 14 KB in, 9 million items out.
+        let items = "x,".repeat(3_000);
+        let aliases = "*a,".repeat(3_000);
+        let stream =
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a}}\nlist: &a [{items}]\nbomb: [{aliases}]\n");
+        assert!(stream.len() < 20_000);
+        let err = parse_objects(&stream).unwrap_err();
+        assert!(err.to_string().contains("invalid YAML"), "{err}");
+        // One long string aliased a few hundred times hits the byte budget, not the alias count.
+        let long = "y".repeat(10_000);
+        let stream = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a}}\ndata:\n  a: &s {long}\n{}",
+            (0..200).map(|i| format!("  k{i}: *s\n")).collect::<String>()
+        );
+        let err = parse_objects(&stream).unwrap_err();
+        assert!(err.to_string().contains("expands past"), "{err}");
+        // A few honest aliases are fine.
+        let stream = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  a: &s v\n  b: *s\n";
+        assert_eq!(parse_objects(stream).unwrap()[0].data["data"]["b"], "v");
+    }
+
+    #[test]
+    fn an_oversized_config_is_refused_unread() {
+        let err = parse_objects(&"#".repeat(MAX_CONFIG_BYTES + 1)).unwrap_err();
+        assert!(matches!(err, YamlError::TooLarge(_)), "{err}");
     }
 }

@@ -14,7 +14,7 @@ fn checked_in_crd_is_fresh() {
 #[test]
 fn ledger_maps_and_lists_are_atomic() {
     let crd = wsync::crd::crd_yaml().expect("render the CRD");
-    let value: serde_yaml::Value = serde_yaml::from_str(&crd).expect("yaml");
+    let value: serde_json::Value = serde_saphyr::from_str(&crd).expect("yaml");
     let status = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
     for map in ["acknowledged", "terminations"] {
         assert_eq!(status[map]["x-kubernetes-map-type"].as_str(), Some("atomic"), "{map}");

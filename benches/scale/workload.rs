@@ -66,7 +66,7 @@ pub fn inventory(namespace: &str, name: &str, id: &str) -> Value {
 pub fn config(namespace: &str, name: &str, id: &str, marker: &str) -> String {
     let inventory_id = format!("{name}-inventory");
     let documents = [inventory(namespace, name, id), deployment(namespace, name, id, &inventory_id, marker)];
-    documents.iter().map(|d| format!("---\n{}", serde_yaml::to_string(d).expect("yaml"))).collect()
+    documents.iter().map(|d| format!("---\n{}", wsync::yaml::to_string(d).expect("yaml"))).collect()
 }
 
 pub async fn apply(client: &Client, object: &Value) -> Result<(), kube::Error> {

@@ -44,6 +44,9 @@ async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
             let result = ctx.applier.apply(&key, &config, &image_pull_secrets).await;
             record_result(&ctx, &key, version, result).await;
         }
+        WorkspaceAction::Refuse { key, reason, version } => {
+            record_result(&ctx, &key, version, Err(ApplyError::applier(reason))).await;
+        }
         WorkspaceAction::Terminate { key } => {
             if let Err(error) = ctx.applier.terminate(&key).await {
                 fail_now(&ctx, &key, &error, "Terminate");

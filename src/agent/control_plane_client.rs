@@ -2,9 +2,14 @@
 //!
 //! The bearer token comes from a file (a mounted Secret), is re-read when the file changes,
 //! and never appears in logs or errors.
+//!
+//! The control plane is not trusted (DESIGN §2, "Trust"): TLS is verified, plain HTTP only
+//! reaches loopback unless the operator allows it, redirects are refused, and a body is read
+//! only up to `--max-response-bytes`, as it streams.
 
 use crate::agent::error::{ControlPlaneError, Error};
-use crate::protocol::{Prerequisites, RECONCILE_SUCCESS, ReconcileRequest, ReconcileResponse};
+use crate::agent::sync::answer::{self, Answer};
+use crate::protocol::{Prerequisites, RECONCILE_SUCCESS, ReconcileRequest};
 use crate::runtime::LockExt;
 use reqwest::{StatusCode, Url};
 use std::path::PathBuf;
@@ -13,6 +18,8 @@ use std::time::{Duration, SystemTime};
 
 /// How much of an error body is kept for the operator to read.
 const BODY_EXCERPT_BYTES: usize = 256;
+/// What a body without a Content-Length is first given room for.
+const FIRST_READ_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct ControlPlaneConfig {
@@ -23,6 +30,9 @@ pub struct ControlPlaneConfig {
     pub ca_file: Option<PathBuf>,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    pub max_response_bytes: usize,
+    /// Accept `http://` to a host that is not loopback.
+    pub allow_insecure: bool,
 }
 
 struct CachedToken {
@@ -37,6 +47,7 @@ pub struct ControlPlaneClient {
     token_file: PathBuf,
     token: Mutex<Option<CachedToken>>,
     request_timeout: Duration,
+    max_response_bytes: usize,
 }
 
 impl std::fmt::Debug for ControlPlaneClient {
@@ -49,6 +60,9 @@ impl std::fmt::Debug for ControlPlaneClient {
 
 impl ControlPlaneClient {
     pub fn new(config: &ControlPlaneConfig) -> Result<Self, Error> {
+        if !transport_allowed(&config.base_url, config.allow_insecure) {
+            return Err(Error::InsecureControlPlane { url: config.base_url.to_string() });
+        }
         let join = |path: &str| {
             config
                 .base_url
@@ -58,6 +72,8 @@ impl ControlPlaneClient {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .https_only(!config.allow_insecure && config.base_url.scheme() == "https")
             .user_agent(concat!("wsync-agent/", env!("CARGO_PKG_VERSION")));
         if let Some(ca_file) = &config.ca_file {
             let pem = std::fs::read(ca_file)
@@ -76,6 +92,7 @@ impl ControlPlaneClient {
             token_file: config.token_file.clone(),
             token: Mutex::new(None),
             request_timeout: config.request_timeout,
+            max_response_bytes: config.max_response_bytes,
         })
     }
 
@@ -104,13 +121,25 @@ impl ControlPlaneClient {
         } else if error.is_decode() || error.is_body() {
             ControlPlaneError::InvalidBody(error.to_string())
         } else {
-            // Without the URL's query: nothing secret is in it, but keep errors short.
-            ControlPlaneError::Unreachable(error.without_url().to_string())
+            // With its causes (a refused certificate, a reset connection): reqwest's own text
+            // says only "error sending request". Without the URL: the message stays short.
+            let error = error.without_url();
+            let mut message = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    message = format!("{message}: {text}");
+                }
+                source = cause.source();
+            }
+            ControlPlaneError::Unreachable(message)
         }
     }
 
     /// POST the reconcile request. Only a 201 with a parsable body is success.
-    pub async fn reconcile(&self, request: &ReconcileRequest) -> Result<ReconcileResponse, ControlPlaneError> {
+    /// Each info is read on its own (`answer::decode`): a bad one fails only its workspace.
+    pub async fn reconcile(&self, request: &ReconcileRequest) -> Result<Answer, ControlPlaneError> {
         let token = self.token()?;
         let response = self
             .http
@@ -122,7 +151,7 @@ impl ControlPlaneClient {
             .map_err(|e| self.classify(e))?;
         let body =
             self.read_body(response, StatusCode::from_u16(RECONCILE_SUCCESS).unwrap_or(StatusCode::CREATED)).await?;
-        serde_json::from_slice(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
+        answer::decode(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
     }
 
     /// GET the agent-level prerequisites. 200 is success; unknown fields are ignored.
@@ -139,13 +168,60 @@ impl ControlPlaneClient {
         serde_json::from_slice(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
     }
 
-    async fn read_body(&self, response: reqwest::Response, success: StatusCode) -> Result<Vec<u8>, ControlPlaneError> {
+    /// The body, read chunk by chunk into one buffer and never past the cap. An error body is
+    /// read only as far as its excerpt.
+    async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+        success: StatusCode,
+    ) -> Result<Vec<u8>, ControlPlaneError> {
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.classify(e))?;
+        if status.is_redirection() {
+            let location = response.headers().get(reqwest::header::LOCATION);
+            let location = location.map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned()).unwrap_or_default();
+            return Err(ControlPlaneError::Redirected { location: excerpt(location.as_bytes()) });
+        }
+        let limit = if status == success { self.max_response_bytes } else { BODY_EXCERPT_BYTES.saturating_mul(4) };
+        let too_large = ControlPlaneError::TooLarge { limit: self.max_response_bytes };
+        let announced = response.content_length().and_then(|n| usize::try_from(n).ok());
+        if status == success && announced.is_some_and(|n| n > limit) {
+            return Err(too_large);
+        }
+        let mut body = Vec::with_capacity(announced.unwrap_or(FIRST_READ_BYTES).min(limit));
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))? {
+            let room = limit.saturating_sub(body.len());
+            if chunk.len() > room {
+                if status == success {
+                    return Err(too_large);
+                }
+                body.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            if chunk.len() > body.capacity().saturating_sub(body.len()) {
+                // Once past the first read, room for the cap at once: growing by doubling
+                // would copy the body each time and hold two copies at the peak. Pages of the
+                // reserve that are never written are never resident.
+                body.reserve_exact(limit.saturating_sub(body.len()));
+            }
+            body.extend_from_slice(&chunk);
+        }
         if status != success {
             return Err(ControlPlaneError::Status { status: status.as_u16(), body: excerpt(&body) });
         }
-        Ok(body.to_vec())
+        Ok(body)
+    }
+}
+
+/// TLS anywhere; plain HTTP only to loopback, unless the operator says the network is trusted.
+pub fn transport_allowed(url: &Url, allow_insecure: bool) -> bool {
+    match url.scheme() {
+        "https" => true,
+        "http" => {
+            let host = url.host_str().unwrap_or_default();
+            let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
+            allow_insecure || host.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback())
+        }
+        _ => false,
     }
 }
 
@@ -155,5 +231,23 @@ fn excerpt(body: &[u8]) -> String {
     match text.char_indices().nth(BODY_EXCERPT_BYTES) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_reaches_only_loopback_unless_allowed() {
+        let url = |s: &str| Url::parse(s).expect("url");
+        for ok in ["https://gitlab.example.com", "http://127.0.0.1:8080", "http://[::1]:80", "http://localhost"] {
+            assert!(transport_allowed(&url(ok), false), "{ok}");
+        }
+        for refused in ["http://gitlab.example.com", "http://10.0.0.1", "http://127.0.0.1.nip.io", "ftp://127.0.0.1"] {
+            assert!(!transport_allowed(&url(refused), false), "{refused}");
+        }
+        assert!(transport_allowed(&url("http://gitlab.example.com"), true));
+        assert!(!transport_allowed(&url("ftp://x"), true));
     }
 }

@@ -91,7 +91,7 @@ async fn run_cycle(
         ctx.state().ledger.reset_for_full();
         ctx.applier.forget_all_copies();
     }
-    let namespace_gone = terminated_namespaces(ctx).await?;
+    let namespace_gone = terminated_namespaces(ctx).await;
     let mut dirty = ctx.index.lock().dirty();
     let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
     if !to_reread.is_empty() {
@@ -118,7 +118,7 @@ async fn run_cycle(
         let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused);
         let mut index = ctx.index.lock();
         if update_type == UpdateType::Full {
-            cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response);
+            cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response.response);
         }
         for (key, rv) in cycle::clean_after_answer(&settled, &plan, &state.ledger) {
             index.mark_clean_if(key, rv);
@@ -131,7 +131,7 @@ async fn run_cycle(
     if let Some(reason) = &settled.rejected_settings {
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }
-    let returned = response.workspace_rails_infos.len();
+    let returned = response.response.workspace_rails_infos.len();
     drop(response);
     drop(plan);
     let actions = settled.actions.len();
@@ -177,16 +177,24 @@ async fn reread_workspaces(ctx: &Context, keys: Vec<WorkspaceKey>) {
     }
 }
 
-/// Tracked terminations whose namespace is gone: they report `Terminated`.
-async fn terminated_namespaces(ctx: &Context) -> Result<HashSet<WorkspaceKey>> {
+/// Tracked terminations whose namespace is gone: they report `Terminated`. One that cannot be
+/// read (a malformed name in a hand-edited status, a refused GET) stays `Terminating` and
+/// never fails the cycle.
+async fn terminated_namespaces(ctx: &Context) -> HashSet<WorkspaceKey> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
-        if !ctx.cluster.namespace_exists(key.namespace()).await? {
-            gone.insert(key);
+        match ctx.cluster.namespace_exists(key.namespace()).await {
+            Ok(false) => {
+                gone.insert(key);
+            }
+            Ok(true) => {}
+            Err(error) => {
+                tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), error = %api_message(&error), "could not read a terminating workspace's namespace; it stays Terminating")
+            }
         }
     }
-    Ok(gone)
+    gone
 }
 
 /// Back off exponentially after failures, capped at the partial interval.

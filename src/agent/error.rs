@@ -33,6 +33,13 @@ pub enum Error {
     #[error("building the HTTP client: {0}")]
     HttpClient(reqwest::Error),
 
+    #[error(
+        "the control-plane URL {url} is plain HTTP to a host that is not loopback: agent tokens and \
+         workspace configs would cross the network in clear; use https://, or pass \
+         --allow-insecure-control-plane if this network is trusted"
+    )]
+    InsecureControlPlane { url: String },
+
     #[error("metrics address {address}: {source}")]
     MetricsAddress { address: std::net::SocketAddr, source: std::io::Error },
 }
@@ -50,6 +57,7 @@ impl Error {
             Error::ControlPlaneUrl { .. }
             | Error::CaBundle { .. }
             | Error::HttpClient(_)
+            | Error::InsecureControlPlane { .. }
             | Error::MetricsAddress { .. } => "InvalidConfiguration",
         }
     }
@@ -62,6 +70,7 @@ impl Error {
                 | Error::ControlPlaneUrl { .. }
                 | Error::CaBundle { .. }
                 | Error::HttpClient(_)
+                | Error::InsecureControlPlane { .. }
                 | Error::MetricsAddress { .. }
         )
     }
@@ -79,6 +88,10 @@ pub enum ControlPlaneError {
     Status { status: u16, body: String },
     #[error("answered with a body that is not a valid response: {0}")]
     InvalidBody(String),
+    #[error("answered with more than {limit} bytes (--max-response-bytes); the rest was not read")]
+    TooLarge { limit: usize },
+    #[error("answered with a redirect to {location:?}; redirects are never followed")]
+    Redirected { location: String },
     #[error("cannot read the token file {path}: {reason}")]
     Token { path: String, reason: String },
 }
@@ -91,6 +104,8 @@ impl ControlPlaneError {
             ControlPlaneError::Unreachable(_) => "ControlPlaneUnreachable",
             ControlPlaneError::Status { .. } => "ControlPlaneRejected",
             ControlPlaneError::InvalidBody(_) => "ControlPlaneInvalidResponse",
+            ControlPlaneError::TooLarge { .. } => "ControlPlaneResponseTooLarge",
+            ControlPlaneError::Redirected { .. } => "ControlPlaneRedirected",
             ControlPlaneError::Token { .. } => "TokenUnreadable",
         }
     }

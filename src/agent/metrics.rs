@@ -149,21 +149,9 @@ impl Metrics {
     }
 }
 
-#[derive(Clone)]
-struct Endpoints {
-    metrics: Arc<Metrics>,
-    log_level: LogLevelHandle,
-}
-
-impl axum::extract::FromRef<Endpoints> for Arc<Metrics> {
-    fn from_ref(endpoints: &Endpoints) -> Self {
-        endpoints.metrics.clone()
-    }
-}
-
 /// `PUT /loglevel` with a filter such as `debug` or `info,wsync=trace` changes the log level.
-async fn set_log_level(State(endpoints): State<Endpoints>, body: String) -> axum::response::Response {
-    match (endpoints.log_level)(body.trim()) {
+async fn set_log_level(State(log_level): State<LogLevelHandle>, body: String) -> axum::response::Response {
+    match log_level(body.trim()) {
         Ok(()) => {
             tracing::info!(filter = body.trim(), "log level changed");
             (StatusCode::OK, "ok\n").into_response()
@@ -172,7 +160,8 @@ async fn set_log_level(State(endpoints): State<Endpoints>, body: String) -> axum
     }
 }
 
-fn router(metrics: Arc<Metrics>, log_level: LogLevelHandle) -> axum::Router {
+/// Read-only, for Prometheus and the kubelet's probes.
+fn router(metrics: Arc<Metrics>) -> axum::Router {
     axum::Router::new()
         .route(
             "/metrics",
@@ -191,21 +180,36 @@ fn router(metrics: Arc<Metrics>, log_level: LogLevelHandle) -> axum::Router {
                 }
             }),
         )
-        .route("/loglevel", axum::routing::put(set_log_level))
-        .with_state(Endpoints { metrics, log_level })
+        .with_state(metrics)
+}
+
+/// What changes the agent, on its own address (loopback by default, so reachable only with
+/// `kubectl exec` or `kubectl port-forward`).
+fn admin_router(log_level: LogLevelHandle) -> axum::Router {
+    axum::Router::new().route("/loglevel", axum::routing::put(set_log_level)).with_state(log_level)
+}
+
+async fn bind(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(address).await.map_err(|source| Error::MetricsAddress { address, source })
 }
 
 /// Serve the endpoints; a port that cannot be bound is a configuration error.
 pub async fn serve(
     address: std::net::SocketAddr,
+    admin_address: std::net::SocketAddr,
     metrics: Arc<Metrics>,
     log_level: LogLevelHandle,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let listener =
-        tokio::net::TcpListener::bind(address).await.map_err(|source| Error::MetricsAddress { address, source })?;
-    let bound = listener.local_addr().map_err(|source| Error::MetricsAddress { address, source })?;
-    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    let listener = bind(address).await?;
+    let admin = bind(admin_address).await?;
+    let bound = |l: &tokio::net::TcpListener, address| {
+        l.local_addr().map_err(|source| Error::MetricsAddress { address, source })
+    };
+    tracing::info!(address = %bound(&listener, address)?, "serving /metrics, /healthz and /readyz");
+    tracing::info!(address = %bound(&admin, admin_address)?, "serving PUT /loglevel");
     Ok(tokio::spawn(async move {
-        let _ = axum::serve(listener, router(metrics, log_level)).await;
+        let serving = async { axum::serve(listener, router(metrics)).await };
+        let administering = async { axum::serve(admin, admin_router(log_level)).await };
+        let _ = futures::join!(serving, administering);
     }))
 }

@@ -13,10 +13,12 @@ pub mod metrics;
 pub mod retry;
 pub mod sync;
 
+use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
 use crate::runtime::{LogLevelHandle, parse_duration, shutdown_signal};
 use apply::Applier;
 use apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS};
+use apply::pod_security::PodSecurityLevel;
 use context::{Context, LoopConfig, Parts};
 use control_plane_client::{ControlPlaneClient, ControlPlaneConfig};
 use error::{Error, Result};
@@ -91,6 +93,35 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_METRICS_ADDRESS", default_value = "0.0.0.0:8081")]
     pub metrics_address: std::net::SocketAddr,
 
+    /// Where `PUT /loglevel` is served: loopback by default, so only `kubectl exec` or
+    /// `kubectl port-forward` reach it.
+    #[arg(long, env = "WSYNC_ADMIN_ADDRESS", default_value = "127.0.0.1:8082")]
+    pub admin_address: std::net::SocketAddr,
+
+    /// Accept a plain `http://` control-plane URL to a host that is not loopback.
+    #[arg(long, env = "WSYNC_ALLOW_INSECURE_CONTROL_PLANE")]
+    pub allow_insecure_control_plane: bool,
+
+    /// The largest control-plane answer read; a longer one fails the cycle unread.
+    #[arg(long, env = "WSYNC_MAX_RESPONSE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_response_bytes: usize,
+
+    /// An image pull secret the control plane may name, as `namespace/name` (repeatable, or
+    /// comma-separated in the environment). Only these are ever read, and only of the
+    /// docker-config types. Default: none.
+    #[arg(long = "image-pull-secret-source", env = "WSYNC_IMAGE_PULL_SECRET_SOURCES", value_delimiter = ',',
+          value_parser = parse_secret_source)]
+    pub image_pull_secret_sources: Vec<ImagePullSecret>,
+
+    /// The Pod Security Standard every workspace Pod template must meet, checked by the agent
+    /// and set as the `pod-security.kubernetes.io/*` labels of every workspace namespace.
+    #[arg(long, env = "WSYNC_POD_SECURITY_LEVEL", default_value = "baseline")]
+    pub pod_security_level: PodSecurityLevel,
+
+    /// Service types the control plane may apply.
+    #[arg(long, env = "WSYNC_ALLOWED_SERVICE_TYPES", value_delimiter = ',', default_value = "ClusterIP")]
+    pub allowed_service_types: Vec<String>,
+
     /// How long the leader's Lease lasts without renewal; a successor waits at most this long.
     #[arg(long, env = "WSYNC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
@@ -109,6 +140,9 @@ pub struct AgentArgs {
 /// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
 /// syncing at once, and shutting down releases it so that a successor need not wait.
 pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
+    if !control_plane_client::transport_allowed(&args.control_plane_url, args.allow_insecure_control_plane) {
+        return Err(Error::InsecureControlPlane { url: args.control_plane_url.to_string() });
+    }
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -116,7 +150,7 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
         let _ = stop_tx.send(true);
     });
     let metrics = metrics::Metrics::new();
-    let server = metrics::serve(args.metrics_address, metrics.clone(), log_level).await?;
+    let server = metrics::serve(args.metrics_address, args.admin_address, metrics.clone(), log_level).await?;
     let cluster = Cluster::new(client.clone(), cluster_config(&args));
     retry_transient("checking the WorkspaceSyncStatus CRD", Backoff::START_UP, when(stop.clone(), true), || {
         cluster.check_crd()
@@ -177,6 +211,15 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     outcome
 }
 
+fn parse_secret_source(text: &str) -> std::result::Result<ImagePullSecret, String> {
+    let (namespace, name) = text.trim().split_once('/').ok_or("expected namespace/name")?;
+    sync::answer::dns_label("namespace", namespace)?;
+    if name.is_empty() || name.len() > 253 || name.contains('/') {
+        return Err(format!("{name:?} is not a Secret name"));
+    }
+    Ok(ImagePullSecret { namespace: namespace.into(), name: name.into() })
+}
+
 fn cluster_config(args: &AgentArgs) -> ClusterConfig {
     ClusterConfig {
         agent_id: args.agent_id.clone(),
@@ -184,6 +227,7 @@ fn cluster_config(args: &AgentArgs) -> ClusterConfig {
         workspace_label_key: args.workspace_label_key.clone(),
         field_manager: args.field_manager.clone(),
         apply_cache: args.apply_cache,
+        pod_security_level: args.pod_security_level,
     }
 }
 
@@ -206,6 +250,8 @@ async fn lead(
         ca_file: args.control_plane_ca_file.clone(),
         connect_timeout: args.connect_timeout,
         request_timeout: args.request_timeout,
+        max_response_bytes: args.max_response_bytes,
+        allow_insecure: args.allow_insecure_control_plane,
     })?;
     let (wss, created) =
         retry_transient("reading the WorkspaceSyncStatus", Backoff::START_UP, when(stop.clone(), true), || {
@@ -224,7 +270,10 @@ async fn lead(
     );
 
     let index = SharedIndex::default();
-    let policy = ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone());
+    let policy = ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone())
+        .with_pull_secret_sources(args.image_pull_secret_sources.iter().cloned())
+        .with_pod_security(args.pod_security_level)
+        .with_service_types(args.allowed_service_types.iter().cloned());
     let parts = Parts {
         applier: Applier::new(client.clone(), cluster_config(args), policy),
         cluster,

@@ -27,14 +27,19 @@ pub struct WorkspaceSpec {
     pub image_pull_secrets: Vec<String>,
 }
 
-/// The inventory's id, which is also its ConfigMap's name.
-pub fn inventory_id(name: &str) -> String {
-    format!("{name}-workspace-inventory")
+/// The inventory's id, which is also its ConfigMap's name: GitLab's `<name>-workspace-inventory`,
+/// made unique per agent by a digest of the agent id, so that two agents' workspaces of one
+/// name never share an id (an agent prunes only what names its inventory's id).
+pub fn inventory_id(agent_id: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(agent_id.as_bytes());
+    let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{name}-workspace-inventory-{short}")
 }
 
 /// The config for one workspace in its desired state.
-pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serde_yaml::Error> {
-    let inventory = inventory_id(&spec.name);
+pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serde_saphyr::SerializeError> {
+    let inventory = inventory_id(&spec.agent_id, &spec.name);
     let labels = json!({ &spec.label_key: spec.agent_id, "app.kubernetes.io/name": spec.name, "app.kubernetes.io/managed-by": "wsync" });
     let member_meta = |name: &str| {
         json!({
@@ -178,17 +183,24 @@ mod tests {
     }
 
     #[test]
+    fn inventory_ids_are_unique_per_agent() {
+        assert_ne!(inventory_id("1", "ws"), inventory_id("2", "ws"));
+        assert_eq!(inventory_id("1", "ws"), inventory_id("1", "ws"));
+        assert!(inventory_id("1", "ws").starts_with("ws-workspace-inventory-"));
+    }
+
+    #[test]
     fn every_member_belongs_to_the_one_inventory() {
         let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
         let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
         assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "PersistentVolumeClaim", "ServiceAccount"]);
         for member in &objects[1..] {
             let annotations = member.metadata.annotations.as_ref().unwrap();
-            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], "alice-workspace-inventory");
+            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], inventory_id("1", "alice"));
             assert_eq!(annotations[PARTIAL_RECONCILIATION_ANNOTATION], "true");
             assert_eq!(member.metadata.labels.as_ref().unwrap()["agent.gitlab.com/id"], "1");
         }
-        assert_eq!(objects[0].metadata.labels.as_ref().unwrap()[INVENTORY_ID_LABEL], "alice-workspace-inventory");
+        assert_eq!(objects[0].metadata.labels.as_ref().unwrap()[INVENTORY_ID_LABEL], inventory_id("1", "alice"));
     }
 
     #[test]

@@ -161,7 +161,10 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
 
     // The level changes at run time: at `warn`, the per-cycle info lines stop.
     let client = reqwest::Client::new();
-    let put = |body: &'static str| client.put(format!("{base}/loglevel")).body(body).send();
+    let admin = format!("http://127.0.0.1:{}", agent.admin_port);
+    let put = |body: &'static str| client.put(format!("{admin}/loglevel")).body(body).send();
+    let on_metrics_port = client.put(format!("{base}/loglevel")).body("trace").send().await.expect("PUT");
+    assert_eq!(on_metrics_port.status().as_u16(), 404, "the metrics port changes nothing");
     assert_eq!(put("not a [filter").await.expect("PUT").status().as_u16(), 400);
     assert_eq!(put("warn").await.expect("PUT").status().as_u16(), 200);
     let quiet_from = agent.logs().len();

@@ -70,11 +70,6 @@ async fn a_workspace_sync_status_deleted_by_hand_comes_back_and_syncing_goes_on(
     assert!(agent.logs().contains("WorkspaceSyncStatus was deleted"), "a log line says what happened");
 }
 
-fn get_field(env: &TestEnv, namespace: &str, object: &str, jsonpath: &str) -> Option<String> {
-    let out = kubectl(env, &["-n", namespace, "get", object, "-o", &format!("jsonpath={jsonpath}")]);
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
-}
-
 const MANAGED_BY: &str = "{.metadata.labels.app\\.kubernetes\\.io/managed-by}";
 
 #[tokio::test(flavor = "multi_thread")]
@@ -154,7 +149,11 @@ async fn named_pull_secrets_are_copied_kept_in_sync_and_a_missing_one_is_a_works
     kubectl_ok(env, &["label", "namespace", &registry, &format!("{TEST_LABEL}={registry}")]);
     registry_secret(env, &registry, "regcred", "first");
     let source = format!("{registry}/regcred");
-    let system = System::start_with("pull", &["--image-pull-secret", &source]).await;
+    let missing = format!("{registry}/missing");
+    let allowed = format!("{source},{missing}");
+    let system =
+        System::start_configured("pull", &["--image-pull-secret", &source], &["--image-pull-secret-source", &allowed])
+            .await;
     system.cli(&["create", "erin", "--image", "registry.example.com/ide:1"]);
     let workspace = system.wait_actual("erin", "Running").await;
     let ns = workspace["namespace"].as_str().expect("namespace").to_string();
@@ -184,7 +183,6 @@ async fn named_pull_secrets_are_copied_kept_in_sync_and_a_missing_one_is_a_works
         }
         system.control_plane.cli(&args)
     };
-    let missing = format!("{registry}/missing");
     set(&[&source, &missing]);
     let failed = system.wait_actual("erin", "Error").await;
     let message = failed["error"]["message"].as_str().unwrap_or_default().to_string();

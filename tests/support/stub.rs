@@ -23,14 +23,26 @@ pub struct Reply {
     pub status: u16,
     pub body: String,
     pub delay: Duration,
+    /// When set, the body is this many bytes, streamed without a Content-Length.
+    pub streamed_bytes: usize,
+    /// A `Location` header, for redirects.
+    pub location: Option<String>,
 }
 
 impl Reply {
     pub fn created(response: &ReconcileResponse) -> Self {
-        Self { status: 201, body: serde_json::to_string(response).expect("serialize"), delay: Duration::ZERO }
+        Self::status(201, &serde_json::to_string(response).expect("serialize"))
     }
     pub fn status(status: u16, body: &str) -> Self {
-        Self { status, body: body.into(), delay: Duration::ZERO }
+        Self { status, body: body.into(), delay: Duration::ZERO, streamed_bytes: 0, location: None }
+    }
+    /// A 307 to `location`.
+    pub fn redirect(location: &str) -> Self {
+        Self { location: Some(location.into()), ..Self::status(307, "") }
+    }
+    /// A 201 of `bytes` bytes, streamed: a body no honest control plane sends.
+    pub fn streamed(bytes: usize) -> Self {
+        Self { streamed_bytes: bytes, ..Self::status(201, "") }
     }
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = delay;
@@ -241,6 +253,16 @@ async fn reconcile(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: By
     }
     inner.recorded.lock().unwrap()[index].answered = Some(Instant::now());
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if reply.streamed_bytes > 0 {
+        const CHUNK: usize = 1 << 20;
+        let chunks = (0..reply.streamed_bytes.div_ceil(CHUNK))
+            .map(|_| Ok::<_, std::io::Error>(Bytes::from_static(&[b' '; CHUNK])));
+        let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+        return (status, [("content-type", "application/json")], body).into_response();
+    }
+    if let Some(location) = reply.location {
+        return (status, [("location", location)], reply.body).into_response();
+    }
     (status, [("content-type", "application/json")], reply.body).into_response()
 }
 

@@ -22,6 +22,11 @@ impl System {
 
     /// `register`: extra arguments to `wsync agents register`.
     pub async fn start_with(prefix: &str, register: &[&str]) -> Self {
+        Self::start_configured(prefix, register, &[]).await
+    }
+
+    /// `agent`: extra flags for `wsync agent`.
+    pub async fn start_configured(prefix: &str, register: &[&str], agent: &[&str]) -> Self {
         let env = env();
         let id = unique_id(prefix);
         let dir = tempfile::tempdir().expect("tempdir");
@@ -35,7 +40,7 @@ impl System {
             serde_json::from_str(&control_plane.cli(&[&["agents", "register", &id, "-o", "json"], register].concat()))
                 .expect("json");
         let token = registered["token"].as_str().expect("a token").to_string();
-        let agent = AgentProcess::start_with_token(env, &id, &control_plane.url, &token, &[]);
+        let agent = AgentProcess::start_with_token(env, &id, &control_plane.url, &token, agent);
         let client = admin_client(env).await;
         let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
         Self { control_plane, agent, id, _kubelet: kubelet, _dir: dir }

@@ -2,7 +2,7 @@
 //! namespaces, copied pull secrets, inventories and their members, discovery, and server-side
 //! apply. Nothing else in the agent writes a workspace's objects.
 
-use super::cache::ApplyCache;
+use super::cache::{ApplyCache, OwnNamespace};
 use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
 use crate::agent::error::{ApplyError, api_message};
 use crate::agent::k8s::partial::{InventoryConfigMap, WorkspaceNamespace};
@@ -63,25 +63,35 @@ impl ApiCalls {
         Ok(resolved)
     }
 
-    /// Create the workspace's namespace, labelled with the agent id, unless it exists.
+    /// Create the workspace's namespace, labelled with the agent id and its Pod Security
+    /// level, unless it exists.
     pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let object = Namespace {
             metadata: ObjectMeta {
                 name: Some(namespace.to_string()),
-                labels: Some(self.config.agent_labels()),
+                labels: Some(self.config.namespace_labels()),
                 ..Default::default()
             },
             ..Default::default()
         };
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {
-                self.cache.set_own_namespace(namespace, None);
+                self.cache.set_own_namespace(namespace, OwnNamespace { copied: None, labels_current: true });
                 Ok(())
             }
-            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) if is_status(&e, 409) => self.assert_namespace_labels(namespace).await,
             Err(e) => Err(e),
         }
+    }
+
+    /// Set the Pod Security labels on a namespace the agent owns (adopted, or edited by hand).
+    pub async fn assert_namespace_labels(&self, namespace: &str) -> Result<(), kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "metadata": { "labels": self.config.namespace_labels() } });
+        let patched = api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        self.cache.set_own_namespace(namespace, own_namespace(&patched.metadata, &self.config));
+        Ok(())
     }
 
     /// Delete a namespace; already gone is fine.
@@ -95,8 +105,8 @@ impl ApiCalls {
         }
     }
 
-    /// Some(copied-pull-secrets record) when the cache knows the namespace as the agent's own.
-    pub fn cached_own_namespace(&self, namespace: &str) -> Option<Option<String>> {
+    /// Some when the cache knows the namespace as the agent's own.
+    pub fn cached_own_namespace(&self, namespace: &str) -> Option<OwnNamespace> {
         self.config.apply_cache.then(|| self.cache.own_namespace(namespace)).flatten()
     }
 
@@ -112,7 +122,7 @@ impl ApiCalls {
         let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
         let patched = api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         if self.cache.own_namespace(namespace).is_some() {
-            self.cache.set_own_namespace(namespace, own_namespace_record(&patched.metadata));
+            self.cache.set_own_namespace(namespace, own_namespace(&patched.metadata, &self.config));
         }
         Ok(())
     }
@@ -151,14 +161,12 @@ impl ApiCalls {
         })
     }
 
-    /// Delete a copied secret, only if this agent copied it; already gone is fine.
-    pub async fn delete_copied_secret(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    /// Delete the copy of `source`, only if this agent copied it from there; already gone is fine.
+    pub async fn delete_copied_secret(&self, namespace: &str, source: &ImagePullSecret) -> Result<(), kube::Error> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let Some(secret) = api.get_opt(name).await? else { return Ok(()) };
-        if !secret.annotations().contains_key(SOURCE_ANNOTATION) {
-            return Ok(());
-        }
-        delete_guarded(&api, name, secret.uid(), DeleteParams::default()).await.map(|_| ())
+        delete_if_annotated(&api, &source.name, SOURCE_ANNOTATION, &source_ref(source), DeleteParams::default())
+            .await
+            .map(|_| ())
     }
 
     /// The members an inventory ConfigMap lists now; none when it does not exist yet.
@@ -170,6 +178,21 @@ impl ApiCalls {
         }
         let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
         Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
+    }
+
+    /// Remove member keys someone else wrote into an inventory. Server-side apply never drops
+    /// fields another manager owns, so this is a merge patch that sets them to null.
+    pub async fn drop_inventory_keys(
+        &self,
+        namespace: &str,
+        name: &str,
+        members: &[MemberRef],
+    ) -> Result<(), kube::Error> {
+        let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let data: serde_json::Map<String, serde_json::Value> =
+            members.iter().map(|m| (m.key(), serde_json::Value::Null)).collect();
+        let patch = serde_json::json!({ "data": data });
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
     }
 
     /// The applier wrote this inventory: the next apply starts from it.
@@ -197,7 +220,7 @@ impl ApiCalls {
         let own = self.config.workspace_selector();
         let namespaces = async {
             let api: Api<WorkspaceNamespace> = Api::all(self.client.clone());
-            let project = |ns: WorkspaceNamespace| Some((ns.name_any(), own_namespace_record(&ns.metadata)));
+            let project = |ns: WorkspaceNamespace| Some((ns.name_any(), own_namespace(&ns.metadata, &self.config)));
             follow(api, watcher::Config::default().labels(&own), "namespace", project, |event| match event {
                 Followed::Listed(all) => self.cache.replace_namespaces(all),
                 Followed::Applied((name, record)) => self.cache.set_own_namespace(&name, record),
@@ -233,14 +256,14 @@ impl ApiCalls {
         let query = KindQuery::Recommended { group: member.group.clone(), kind: member.kind.clone() };
         let (resource, _) = self.resolve(&query).await.map_err(describe)?;
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
-        let Some(object) = api.get_opt(&member.name).await.map_err(describe)? else {
-            return Ok(false);
-        };
-        if object.annotations().get(OWNING_INVENTORY_ANNOTATION).map(String::as_str) != Some(inventory_id) {
+        let params = DeleteParams::background();
+        let pruned = delete_if_annotated(&api, &member.name, OWNING_INVENTORY_ANNOTATION, inventory_id, params)
+            .await
+            .map_err(describe)?;
+        if !pruned {
             tracing::info!(object = %member, inventory = inventory_id, "not pruning an object this inventory does not own");
-            return Ok(false);
         }
-        delete_guarded(&api, &member.name, object.uid(), DeleteParams::background()).await.map_err(describe)
+        Ok(pruned)
     }
 
     /// Server-side apply with force; returns the object's resourceVersion after it.
@@ -287,8 +310,37 @@ where
     }
 }
 
-fn own_namespace_record(meta: &ObjectMeta) -> Option<String> {
-    meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned()
+/// Delete an object only while its annotation `key` holds `value`, without reading it (the
+/// agent may not read Secrets outside its allowed sources, RBAC or no RBAC). A JSON patch
+/// whose one operation tests the annotation writes nothing and fails with 422 when the test
+/// fails; its answer's uid guards the delete. Gone, not ours, or replaced: false.
+async fn delete_if_annotated<K>(
+    api: &Api<K>,
+    name: &str,
+    key: &str,
+    value: &str,
+    params: DeleteParams,
+) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let path = format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
+    let test: json_patch::Patch =
+        serde_json::from_value(serde_json::json!([{ "op": "test", "path": path, "value": value }]))
+            .map_err(kube::Error::SerdeError)?;
+    let tested = match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(test)).await {
+        Ok(object) => object,
+        Err(e) if is_status(&e, 404) || is_status(&e, 422) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    delete_guarded(api, name, tested.meta().uid.clone(), params).await
+}
+
+fn own_namespace(meta: &ObjectMeta, config: &ClusterConfig) -> OwnNamespace {
+    OwnNamespace {
+        copied: meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned(),
+        labels_current: config.pod_security_labels_current(meta),
+    }
 }
 
 fn inventory_projection(cm: &InventoryConfigMap) -> (String, BTreeSet<MemberRef>) {

@@ -9,10 +9,18 @@ use crate::runtime::LockExt;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+/// What the applier needs to know of one of the agent's own namespaces.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnNamespace {
+    /// The copied-pull-secrets record on it.
+    pub copied: Option<String>,
+    /// Whether it carries the Pod Security labels at the agent's level.
+    pub labels_current: bool,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    /// The agent's own namespaces → the copied-pull-secrets record on each.
-    namespaces: HashMap<String, Option<String>>,
+    namespaces: HashMap<String, OwnNamespace>,
     /// "namespace/name" → the inventory's resourceVersion and members. One per workspace, so
     /// kept compact (BENCHMARKS.md, agent memory): three allocations, not the BTreeSet the
     /// applier works with, whose single node holds eleven members of four strings each.
@@ -51,12 +59,12 @@ impl ApplyCache {
         self.inner.lock_unpoisoned()
     }
 
-    /// Some(record) when the namespace is known to be the agent's own.
-    pub fn own_namespace(&self, name: &str) -> Option<Option<String>> {
+    /// Some when the namespace is known to be the agent's own.
+    pub fn own_namespace(&self, name: &str) -> Option<OwnNamespace> {
         self.lock().namespaces.get(name).cloned()
     }
 
-    pub fn set_own_namespace(&self, name: &str, record: Option<String>) {
+    pub fn set_own_namespace(&self, name: &str, record: OwnNamespace) {
         self.lock().namespaces.insert(name.to_string(), record);
     }
 
@@ -67,7 +75,7 @@ impl ApplyCache {
         inner.inventories.retain(|key, _| !key.starts_with(&prefix));
     }
 
-    pub fn replace_namespaces(&self, all: impl IntoIterator<Item = (String, Option<String>)>) {
+    pub fn replace_namespaces(&self, all: impl IntoIterator<Item = (String, OwnNamespace)>) {
         self.lock().namespaces = all.into_iter().collect();
     }
 
@@ -171,9 +179,10 @@ mod tests {
     #[test]
     fn a_forgotten_namespace_takes_its_inventories_along() {
         let cache = ApplyCache::default();
-        cache.set_own_namespace("ns", Some("default/regcred".into()));
+        let record = OwnNamespace { copied: Some("default/regcred".into()), labels_current: true };
+        cache.set_own_namespace("ns", record.clone());
         cache.set_inventory("ns", "inv", "1", [member("a")].into());
-        assert_eq!(cache.own_namespace("ns"), Some(Some("default/regcred".into())));
+        assert_eq!(cache.own_namespace("ns"), Some(record));
         cache.set_inventory("ns2", "inv", "1", [member("b")].into());
         cache.forget_namespace("ns");
         assert_eq!(cache.own_namespace("ns"), None);

@@ -8,7 +8,9 @@
 
 pub mod api_calls;
 pub mod cache;
+pub mod field_policy;
 pub mod plan;
+pub mod pod_security;
 pub mod pull_secrets;
 
 use crate::agent::error::{ApplyError, api_message};
@@ -35,8 +37,11 @@ pub struct Applier {
 /// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
 enum Namespace {
     Missing,
-    /// With the pull secrets copied into it.
-    Ours(BTreeSet<ImagePullSecret>),
+    /// With the pull secrets copied into it, and whether its Pod Security labels are current.
+    Ours {
+        copied: BTreeSet<ImagePullSecret>,
+        labels_current: bool,
+    },
 }
 
 impl Applier {
@@ -57,6 +62,10 @@ impl Applier {
             scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
         })
         .map_err(ApplyError::applier)?;
+        if let Err(refusal) = self.policy.check_pull_secrets(pull_secrets) {
+            self.delete_disallowed_copies(key.namespace()).await?;
+            return Err(ApplyError::applier(refusal));
+        }
         let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::applier)?;
         let copied = self.ensure_own_namespace(key.namespace()).await?;
         // Before the config, so that the first Pod can pull its image.
@@ -74,7 +83,7 @@ impl Applier {
         let namespace = key.namespace();
         match self.namespace_ownership(namespace).await? {
             Namespace::Missing => Ok(()),
-            Namespace::Ours(_) => self
+            Namespace::Ours { .. } => self
                 .calls
                 .delete_namespace(namespace)
                 .await
@@ -110,7 +119,10 @@ impl Applier {
             let stale = self.copies.lock_unpoisoned().stale_holders(&source, rv.as_deref());
             for key in stale {
                 let copied = match &current {
-                    Some(secret) => self.calls.copy_secret(secret, &source, key.namespace()).await,
+                    Some(secret) => match ApplyPolicy::check_pull_secret_type(&source, secret.type_.as_deref()) {
+                        Ok(()) => self.calls.copy_secret(secret, &source, key.namespace()).await,
+                        Err(refusal) => Err(ApplyError::applier(refusal)),
+                    },
                     None => Err(missing_pull_secret(&source)),
                 };
                 match copied {
@@ -160,7 +172,8 @@ impl Applier {
             return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
         }
         if let Some(record) = self.calls.cached_own_namespace(namespace) {
-            return Ok(Namespace::Ours(pull_secrets::parse_copied(record.as_deref())));
+            let copied = pull_secrets::parse_copied(record.copied.as_deref());
+            return Ok(Namespace::Ours { copied, labels_current: record.labels_current });
         }
         let meta = self
             .calls
@@ -172,7 +185,8 @@ impl Applier {
             None => Ok(Namespace::Missing),
             Some(meta) if config.is_ours(&meta) => {
                 let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
-                Ok(Namespace::Ours(pull_secrets::parse_copied(record.map(String::as_str))))
+                let copied = pull_secrets::parse_copied(record.map(String::as_str));
+                Ok(Namespace::Ours { copied, labels_current: config.pod_security_labels_current(&meta) })
             }
             Some(_) => Err(ApplyError::kubernetes(format!(
                 "refused: namespace {namespace} exists and is not labelled {}={}",
@@ -181,10 +195,18 @@ impl Applier {
         }
     }
 
-    /// Create the namespace if it is missing; returns the pull secrets already copied into it.
+    /// Create the namespace if it is missing, and set its Pod Security labels if they are
+    /// not current; returns the pull secrets already copied into it.
     async fn ensure_own_namespace(&self, namespace: &str) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
         match self.namespace_ownership(namespace).await? {
-            Namespace::Ours(copied) => Ok(copied),
+            Namespace::Ours { copied, labels_current: true } => Ok(copied),
+            Namespace::Ours { copied, labels_current: false } => {
+                self.calls.assert_namespace_labels(namespace).await.map_err(|e| {
+                    ApplyError::kubernetes(format!("labelling namespace {namespace}: {}", api_message(&e)))
+                })?;
+                tracing::info!(namespace, "set the Pod Security labels of a workspace namespace");
+                Ok(copied)
+            }
             Namespace::Missing => self
                 .calls
                 .ensure_namespace(namespace)
@@ -207,14 +229,11 @@ impl Applier {
         let mut done = Vec::new();
         for source in &wanted {
             let secret = self.calls.fetch_pull_secret(source).await?.ok_or_else(|| missing_pull_secret(source))?;
+            ApplyPolicy::check_pull_secret_type(source, secret.type_.as_deref()).map_err(ApplyError::applier)?;
             self.calls.copy_secret(&secret, source, namespace).await?;
             done.push((source.clone(), secret.metadata.resource_version.clone()));
         }
-        for name in &plan.delete {
-            self.calls.delete_copied_secret(namespace, name).await.map_err(|e| {
-                ApplyError::kubernetes(format!("deleting the copied pull secret {name}: {}", api_message(&e)))
-            })?;
-        }
+        self.delete_copies(namespace, &plan.delete).await?;
         if plan.changes_record(copied) {
             let record = Some(pull_secrets::render_copied(&plan.wanted)).filter(|r| !r.is_empty());
             self.calls
@@ -225,14 +244,50 @@ impl Applier {
         Ok(done)
     }
 
+    async fn delete_copies(&self, namespace: &str, copies: &[ImagePullSecret]) -> Result<(), ApplyError> {
+        for source in copies {
+            self.calls.delete_copied_secret(namespace, source).await.map_err(|e| {
+                ApplyError::kubernetes(format!("deleting the copied pull secret {}: {}", source.name, api_message(&e)))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A refused apply still removes the copies of sources the operator no longer allows.
+    async fn delete_disallowed_copies(&self, namespace: &str) -> Result<(), ApplyError> {
+        let Namespace::Ours { copied, .. } = self.namespace_ownership(namespace).await? else { return Ok(()) };
+        let (kept, disallowed): (BTreeSet<_>, BTreeSet<_>) =
+            copied.into_iter().partition(|source| self.policy.allows_pull_secret(source));
+        let disallowed: Vec<_> = disallowed.into_iter().collect();
+        if disallowed.is_empty() {
+            return Ok(());
+        }
+        self.delete_copies(namespace, &disallowed).await?;
+        let record = Some(pull_secrets::render_copied(&kept)).filter(|r| !r.is_empty());
+        self.calls
+            .annotate_namespace(namespace, pull_secrets::COPIED_ANNOTATION, record.as_deref())
+            .await
+            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))
+    }
+
     async fn apply_inventory(&self, inventory: &InventoryApply) -> Result<(), String> {
         let namespace = inventory.inventory.metadata.namespace.clone().unwrap_or_default();
         let name = inventory.inventory.metadata.name.clone().unwrap_or_default();
-        let old = self
+        let listed = self
             .calls
             .inventory_members(&namespace, &name)
             .await
             .map_err(|e| format!("reading inventory {namespace}/{name}: {}", api_message(&e)))?;
+        let (old, dropped) = plan::prunable(listed, &inventory.inventory, &self.policy);
+        for member in &dropped {
+            tracing::warn!(object = %member, inventory = %inventory.id, "dropping a member the inventory may not hold; it is never pruned");
+        }
+        if !dropped.is_empty() {
+            self.calls
+                .drop_inventory_keys(&namespace, &name, &dropped)
+                .await
+                .map_err(|e| format!("inventory {namespace}/{name}: {}", api_message(&e)))?;
+        }
         let new = inventory.member_refs();
         let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 

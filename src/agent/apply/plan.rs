@@ -1,6 +1,10 @@
 //! What an apply may do, decided before anything is sent (DESIGN §2, "Applier"): the apply
 //! policy, and the grouping of a config into cli-utils compatible inventories. Free of I/O.
 
+use super::field_policy::FieldPolicy;
+use super::pod_security::PodSecurityLevel;
+use super::pull_secrets::{DOCKER_CONFIG_TYPES, source_ref};
+use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -18,6 +22,9 @@ const NEVER_ALLOWED_GROUPS: &[&str] = &["rbac.authorization.k8s.io"];
 pub struct ApplyPolicy {
     allowed_kinds: BTreeSet<String>,
     agent_namespace: String,
+    fields: FieldPolicy,
+    /// The only Secrets the agent ever reads: the operator's, never the control plane's choice.
+    pull_secret_sources: BTreeSet<ImagePullSecret>,
 }
 
 impl ApplyPolicy {
@@ -25,10 +32,60 @@ impl ApplyPolicy {
         Self {
             allowed_kinds: allowed_kinds.into_iter().map(Into::into).collect(),
             agent_namespace: agent_namespace.into(),
+            fields: FieldPolicy::default(),
+            pull_secret_sources: BTreeSet::new(),
         }
     }
 
-    fn allows(&self, group: &str, kind: &str) -> bool {
+    pub fn with_pull_secret_sources(mut self, sources: impl IntoIterator<Item = ImagePullSecret>) -> Self {
+        self.pull_secret_sources = sources.into_iter().collect();
+        self
+    }
+
+    pub fn with_pod_security(mut self, level: PodSecurityLevel) -> Self {
+        self.fields.pod_security = level;
+        self
+    }
+
+    pub fn with_service_types(mut self, types: impl IntoIterator<Item = String>) -> Self {
+        self.fields.service_types = types.into_iter().collect();
+        self
+    }
+
+    /// Refuse, by name and before anything is read, a pull secret the operator did not allow.
+    pub fn check_pull_secrets(&self, wanted: &[ImagePullSecret]) -> Result<(), String> {
+        let refused: Vec<String> =
+            wanted.iter().filter(|s| !self.pull_secret_sources.contains(s)).map(source_ref).collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let allowed: Vec<String> = self.pull_secret_sources.iter().map(source_ref).collect();
+        let allowed = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+        Err(format!(
+            "refused image pull secret {}: not an allowed source (--image-pull-secret-source: {allowed})",
+            refused.join(", ")
+        ))
+    }
+
+    /// Whether a copy the agent made earlier may stay: its source is still allowed.
+    pub fn allows_pull_secret(&self, source: &ImagePullSecret) -> bool {
+        self.pull_secret_sources.contains(source)
+    }
+
+    /// A source's type, checked after it is read: only docker-config Secrets are copied.
+    pub fn check_pull_secret_type(source: &ImagePullSecret, type_: Option<&str>) -> Result<(), String> {
+        match type_ {
+            Some(t) if DOCKER_CONFIG_TYPES.contains(&t) => Ok(()),
+            other => Err(format!(
+                "refused image pull secret {}: its type {:?} is not one of {}",
+                source_ref(source),
+                other.unwrap_or("Opaque"),
+                DOCKER_CONFIG_TYPES.join(", ")
+            )),
+        }
+    }
+
+    pub fn allows(&self, group: &str, kind: &str) -> bool {
         let name = if group.is_empty() { kind.to_string() } else { format!("{group}/{kind}") };
         !NEVER_ALLOWED_GROUPS.contains(&group) && self.allowed_kinds.contains(&name)
     }
@@ -73,6 +130,8 @@ pub fn plan(
     if policy.protected_namespace(namespace) {
         return Err(format!("refused: the workspace namespace {namespace:?} is protected"));
     }
+    let in_config: BTreeSet<(String, String)> =
+        objects.iter().filter_map(|o| Some((o.types.as_ref()?.kind.clone(), o.metadata.name.clone()?))).collect();
     let mut inventories: BTreeMap<String, InventoryApply> = BTreeMap::new();
     let mut members = Vec::new();
     for mut object in objects {
@@ -96,6 +155,7 @@ pub fn plan(
         if object_namespace != namespace {
             return Err(format!("refused {what}: outside the workspace's namespace {namespace}"));
         }
+        policy.fields.check(&gvk, &object, &in_config).map_err(|reason| format!("refused {what}: {reason}"))?;
         object.metadata.namespace = Some(object_namespace.clone());
         let inventory_id = (gvk.group.is_empty() && gvk.kind == "ConfigMap")
             .then(|| object.labels().get(INVENTORY_ID_LABEL).cloned())
@@ -121,9 +181,32 @@ pub fn plan(
         let inventory = inventories
             .get_mut(&owner)
             .ok_or_else(|| format!("refused {what}: its owning inventory {owner:?} is not in the config"))?;
+        if member.group.is_empty()
+            && member.kind == "ConfigMap"
+            && Some(&member.name) == inventory.inventory.metadata.name.as_ref()
+        {
+            return Err(format!("refused {what}: a member of inventory {owner:?} cannot be the inventory itself"));
+        }
         inventory.members.push((member, object));
     }
     Ok(inventories.into_values().collect())
+}
+
+/// The members a live inventory lists that its apply may keep, and so prune: those in its
+/// own namespace, of allowed kinds, other than the inventory itself. The rest (anyone who can
+/// write the ConfigMap can add names) are dropped from it and never deleted.
+pub fn prunable(
+    listed: BTreeSet<MemberRef>,
+    inventory: &DynamicObject,
+    policy: &ApplyPolicy,
+) -> (BTreeSet<MemberRef>, Vec<MemberRef>) {
+    let namespace = inventory.metadata.namespace.as_deref().unwrap_or_default();
+    let name = inventory.metadata.name.as_deref().unwrap_or_default();
+    let (kept, dropped): (BTreeSet<_>, BTreeSet<_>) = listed.into_iter().partition(|m| {
+        let itself = m.group.is_empty() && m.kind == "ConfigMap" && m.name == name;
+        m.namespace == namespace && policy.allows(&m.group, &m.kind) && !itself
+    });
+    (kept, dropped.into_iter().collect())
 }
 
 /// The inventory object with its data replaced by one empty-valued key per member.

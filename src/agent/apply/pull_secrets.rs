@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const COPIED_ANNOTATION: &str = "wsync.dev/image-pull-secrets";
 /// On a copy: the source it was copied from, `ns/name`.
 pub const SOURCE_ANNOTATION: &str = "wsync.dev/copied-from";
+/// The only Secret types copied: registry credentials, nothing else a Secret might hold.
+pub const DOCKER_CONFIG_TYPES: &[&str] = &["kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg"];
 
 pub fn source_ref(secret: &ImagePullSecret) -> String {
     format!("{}/{}", secret.namespace, secret.name)
@@ -38,8 +40,8 @@ pub fn render_copied(copied: &BTreeSet<ImagePullSecret>) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyPlan {
     pub wanted: BTreeSet<ImagePullSecret>,
-    /// Copies (by name, in the workspace namespace) whose source is no longer wanted.
-    pub delete: Vec<String>,
+    /// Copies whose source is no longer wanted (each copy is named as its source).
+    pub delete: Vec<ImagePullSecret>,
 }
 
 impl CopyPlan {
@@ -64,12 +66,11 @@ pub fn plan_copies(wanted: &[ImagePullSecret], copied: &BTreeSet<ImagePullSecret
             ));
         }
     }
+    let mut names = BTreeSet::new();
     let delete = copied
         .iter()
-        .filter(|old| !by_name.contains_key(old.name.as_str()))
-        .map(|old| old.name.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
+        .filter(|old| !by_name.contains_key(old.name.as_str()) && names.insert(old.name.as_str()))
+        .cloned()
         .collect();
     Ok(CopyPlan { wanted: wanted.iter().cloned().collect(), delete })
 }
@@ -146,7 +147,7 @@ mod tests {
     fn copies_whose_source_left_are_deleted_and_a_name_collision_is_an_error() {
         let copied: BTreeSet<_> = [secret("default", "regcred"), secret("infra", "old")].into();
         let plan = plan_copies(&[secret("default", "regcred")], &copied).expect("plan");
-        assert_eq!(plan.delete, vec!["old".to_string()]);
+        assert_eq!(plan.delete, vec![secret("infra", "old")]);
         assert!(plan.changes_record(&copied));
         let same = plan_copies(&[secret("default", "regcred"), secret("infra", "old")], &copied).expect("plan");
         assert!(same.delete.is_empty() && !same.changes_record(&copied));

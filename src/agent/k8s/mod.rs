@@ -7,6 +7,7 @@ pub mod partial;
 pub mod watch;
 pub mod workspaces;
 
+use crate::agent::apply::pod_security::PodSecurityLevel;
 use kube::Client;
 use kube::api::ObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
@@ -20,7 +21,13 @@ pub struct ClusterConfig {
     pub field_manager: String,
     /// Read namespaces and inventories from watched caches instead of one GET per apply.
     pub apply_cache: bool,
+    /// Set on every workspace namespace, for the apiserver to enforce where it can.
+    pub pod_security_level: PodSecurityLevel,
 }
+
+/// The Pod Security admission labels: enforce, and warn and audit at the same level.
+pub const POD_SECURITY_LABELS: [&str; 3] =
+    ["pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/audit"];
 
 impl ClusterConfig {
     /// True when the object carries this agent's label (`workspace_selector`).
@@ -36,6 +43,21 @@ impl ClusterConfig {
     /// The agent's label, for what it creates besides the workspaces' own config.
     pub fn agent_labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(self.workspace_label_key.clone(), self.agent_id.clone())])
+    }
+
+    /// A workspace namespace's labels: the agent's, and Pod Security at the agent's level.
+    pub fn namespace_labels(&self) -> BTreeMap<String, String> {
+        let level = self.pod_security_level.label_value();
+        let mut labels = self.agent_labels();
+        labels.extend(POD_SECURITY_LABELS.iter().map(|key| (key.to_string(), level.to_string())));
+        labels
+    }
+
+    /// Whether a namespace carries the Pod Security labels at the agent's level.
+    pub fn pod_security_labels_current(&self, meta: &ObjectMeta) -> bool {
+        let level = self.pod_security_level.label_value();
+        let labels = meta.labels.as_ref();
+        POD_SECURITY_LABELS.iter().all(|key| labels.and_then(|l| l.get(*key)).map(String::as_str) == Some(level))
     }
 }
 

@@ -3,6 +3,7 @@
 //! `plan` decides what to send; `settle` turns the control plane's answer into ledger updates
 //! and the work to do in the cluster.
 
+use super::answer::Answer;
 use super::error_tracker::ApplyVersion;
 use super::ledger::Ledger;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
@@ -93,8 +94,21 @@ pub fn plan(
 /// Work for the cluster, decided from one returned info.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceAction {
-    Apply { key: WorkspaceKey, config: String, image_pull_secrets: Vec<ImagePullSecret>, version: ApplyVersion },
-    Terminate { key: WorkspaceKey },
+    Apply {
+        key: WorkspaceKey,
+        config: String,
+        image_pull_secrets: Vec<ImagePullSecret>,
+        version: ApplyVersion,
+    },
+    Terminate {
+        key: WorkspaceKey,
+    },
+    /// An info the agent refused to act on: recorded as the workspace's error, nothing sent.
+    Refuse {
+        key: WorkspaceKey,
+        reason: String,
+        version: ApplyVersion,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -110,15 +124,30 @@ pub struct Settled {
 /// Apply the control plane's answer to the ledger, and decide the work it asks for.
 /// A paused agent records acknowledgements but applies and deletes nothing. The configs move
 /// out of the answer into the actions (at 10,000 workspaces, 25 MB not held twice).
-pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, response: &mut ReconcileResponse, paused: bool) -> Settled {
+pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, answer: &mut Answer, paused: bool) -> Settled {
     let mut settled = Settled::default();
     for key in &plan.reported_again {
         ledger.reported_again(key);
     }
+    for refused in std::mem::take(&mut answer.refused) {
+        let version = ledger.errors_mut().begin(&refused.key);
+        settled.actions.push(WorkspaceAction::Refuse { key: refused.key, reason: refused.reason, version });
+    }
+    if let Some(reason) = answer.unreadable_settings.take() {
+        ledger.rejected_settings = Some(reason.clone());
+        settled.rejected_settings = Some(reason);
+    }
+    let response = &mut answer.response;
     if let Some(settings) = response.settings {
         match settings.validate() {
-            Ok(()) => ledger.settings = settings,
-            Err(reason) => settled.rejected_settings = Some(reason),
+            Ok(()) => {
+                ledger.settings = settings;
+                ledger.rejected_settings = None;
+            }
+            Err(reason) => {
+                ledger.rejected_settings = Some(reason.clone());
+                settled.rejected_settings = Some(reason);
+            }
         }
     }
     for info in &mut response.workspace_rails_infos {

@@ -5,7 +5,8 @@
 use super::error_tracker::{ApplyVersion, ErrorTracker, Failure};
 use super::workspace::WorkspaceKey;
 use crate::crd::{
-    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SYNCED, PendingErrorRecord, WorkspaceSyncStatusStatus,
+    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED, PendingErrorRecord,
+    WorkspaceSyncStatusStatus,
 };
 use crate::protocol::{Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
@@ -50,6 +51,7 @@ pub struct RenderKey {
     revision: u64,
     workspaces: usize,
     settings: Settings,
+    rejected_settings: Option<String>,
     last_handled_resync: Option<String>,
     times: [Option<Timestamp>; 3],
     outcome: SyncOutcome,
@@ -68,6 +70,8 @@ pub struct Ledger {
     /// tell the status is unchanged without rendering 10,000 entries.
     revision: u64,
     pub settings: Settings,
+    /// Why the control plane's last settings were refused, while the last good ones hold.
+    pub rejected_settings: Option<String>,
     pub last_handled_resync: Option<String>,
     pub last_full_sync: Option<Timestamp>,
     pub next_full_sync: Option<Timestamp>,
@@ -111,6 +115,7 @@ impl Ledger {
             errors,
             report_again: HashSet::new(),
             settings: if settings.validate().is_ok() { settings } else { Settings::default() },
+            rejected_settings: None,
             last_handled_resync: status.last_handled_resync_request.clone(),
             last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
             next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),
@@ -180,6 +185,7 @@ impl Ledger {
             revision: self.revision,
             workspaces,
             settings: self.settings,
+            rejected_settings: self.rejected_settings.clone(),
             last_handled_resync: self.last_handled_resync.clone(),
             times: [self.last_full_sync, self.next_full_sync, self.last_partial_sync],
             outcome: self.outcome.clone(),
@@ -233,7 +239,9 @@ impl Ledger {
         match update_type {
             UpdateType::Full => {
                 self.last_full_sync = Some(now);
-                self.next_full_sync = Some(now + self.full_interval());
+                // Settings are bounded, so this holds; checked all the same, as outside input.
+                let interval = SignedDuration::try_from(self.full_interval()).unwrap_or(SignedDuration::MAX);
+                self.next_full_sync = Some(now.checked_add(interval).unwrap_or(Timestamp::MAX));
                 if resync_request.is_some() {
                     self.last_handled_resync = resync_request.map(str::to_string);
                 }
@@ -304,6 +312,11 @@ impl Ledger {
             );
             let outcome = SyncOutcome { ok: true, reason: "ErrorBudgetExceeded".into(), message };
             conditions.push(condition(CONDITION_LEDGER_TRUNCATED, &outcome, previous_conditions, now));
+        }
+        if let Some(reason) = &self.rejected_settings {
+            let message = format!("kept the last good settings: the control plane sent {reason}");
+            let outcome = SyncOutcome { ok: true, reason: "SettingsOutOfBounds".into(), message };
+            conditions.push(condition(CONDITION_SETTINGS_REJECTED, &outcome, previous_conditions, now));
         }
         WorkspaceSyncStatusStatus {
             conditions,

@@ -2,6 +2,7 @@
 //! What a cycle sends and what its answer asks for, the ledger and its durable form, the
 //! versioned error tracker, the index of workspace Deployments, and the backoff schedule.
 
+pub mod answer;
 pub mod backoff;
 pub mod cycle;
 pub mod error_tracker;

@@ -24,10 +24,12 @@ impl WorkspaceKey {
         Self { text: format!("{namespace}/{}", name.as_ref()).into(), split: namespace.len() }
     }
 
-    /// Parse the ledger's `"<namespace>/<name>"` form.
+    /// Parse the ledger's `"<namespace>/<name>"` form. The status may have been edited by
+    /// hand: a namespace or name that is no DNS label is no workspace.
     pub fn parse(s: &str) -> Option<Self> {
         let (namespace, name) = s.split_once('/')?;
-        (!name.is_empty()).then(|| Self::new(namespace, name))
+        let valid = |what, value| super::answer::dns_label(what, value).is_ok();
+        (valid("namespace", namespace) && valid("name", name)).then(|| Self::new(namespace, name))
     }
 
     pub fn namespace(&self) -> &str {

@@ -20,6 +20,7 @@ fn cluster() -> (Cluster, Handle) {
         workspace_label_key: "agent.gitlab.com/id".into(),
         field_manager: "wsync".into(),
         apply_cache: true,
+        pod_security_level: Default::default(),
     };
     (Cluster::new(client, config), handle)
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::agent::sync::answer::Answer;
 use crate::agent::sync::workspace::{ProjectedDeployment, ProjectedMeta, ProjectedSpec};
 use crate::protocol::{Settings, WorkspaceRailsInfo};
 use jiff::Timestamp;
@@ -119,7 +120,7 @@ fn in_flight_applies_are_not_sent() {
 fn settle_acknowledges_and_schedules_applies() {
     let mut ledger = Ledger::restore(None);
     let plan = plan(UpdateType::Full, &[deployment("ns", "ws", "3")], &ledger, &HashSet::new());
-    let mut response = ReconcileResponse {
+    let response = ReconcileResponse {
         workspace_rails_infos: vec![
             rails("ns", "ws", DesiredState::Running, ActualState::Running, Some("3"), "kind: ConfigMap"),
             rails("ns", "quiet", DesiredState::Running, ActualState::Running, Some("9"), ""),
@@ -129,7 +130,7 @@ fn settle_acknowledges_and_schedules_applies() {
             partial_reconciliation_interval_seconds: 2,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &mut response, false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
     assert_eq!(ledger.acknowledged().get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
@@ -142,14 +143,14 @@ fn settle_acknowledges_and_schedules_applies() {
 fn invalid_settings_keep_the_last_good_ones() {
     let mut ledger = Ledger::restore(None);
     let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new());
-    let mut response = ReconcileResponse {
+    let response = ReconcileResponse {
         workspace_rails_infos: vec![],
         settings: Some(Settings {
             full_reconciliation_interval_seconds: 5,
             partial_reconciliation_interval_seconds: 10,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &mut response, false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
     assert!(settled.rejected_settings.is_some());
     assert_eq!(ledger.settings, Settings::default());
 }
@@ -162,17 +163,17 @@ fn errors_clear_only_under_the_sent_version() {
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     // While the request is out, a newer apply fails too.
     fail(&mut ledger, &key, "second");
-    let mut response = ReconcileResponse {
+    let response = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Running, ActualState::Error, None, "")],
         settings: None,
     };
-    settle(&mut ledger, &plan, &mut response, false);
+    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
     let pending = ledger.errors().pending();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].2.message, "second");
 
     let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
-    settle(&mut ledger, &plan, &mut response, false);
+    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
     assert_eq!(ledger.errors().pending_count(), 0);
 }
 
@@ -182,7 +183,7 @@ fn an_error_the_control_plane_does_not_return_stays_pending() {
     let key = WorkspaceKey::new("ns", "ws");
     fail(&mut ledger, &key, "boom");
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
-    settle(&mut ledger, &plan, &mut ReconcileResponse::default(), false);
+    settle(&mut ledger, &plan, &mut Answer::default(), false);
     assert_eq!(ledger.errors().pending_count(), 1);
 }
 
@@ -191,19 +192,19 @@ fn termination_is_tracked_then_forgotten() {
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
-    let mut terminating = ReconcileResponse {
+    let terminating = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Running, None, "x")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut terminating, false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminating.clone()), false);
     assert_eq!(settled.actions, vec![WorkspaceAction::Terminate { key: key.clone() }]);
     assert_eq!(ledger.terminations().get(&key), Some(&TerminationProgress::Terminating));
 
-    let mut terminated = ReconcileResponse {
+    let terminated = ReconcileResponse {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Terminated, None, "")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut terminated, false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminated.clone()), false);
     assert_eq!(settled.forgotten, vec![key.clone()]);
     assert!(ledger.terminations().is_empty());
 }
@@ -212,14 +213,14 @@ fn termination_is_tracked_then_forgotten() {
 fn paused_agent_records_but_does_nothing() {
     let mut ledger = Ledger::restore(None);
     let plan = plan(UpdateType::Full, &[], &ledger, &HashSet::new());
-    let mut response = ReconcileResponse {
+    let response = ReconcileResponse {
         workspace_rails_infos: vec![
             rails("ns", "a", DesiredState::Running, ActualState::Running, Some("1"), "kind: X"),
             rails("ns", "b", DesiredState::Terminated, ActualState::Running, None, ""),
         ],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut response, true);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), true);
     assert!(settled.actions.is_empty());
     assert_eq!(settled.acknowledged.len(), 1);
 }
@@ -254,11 +255,11 @@ fn a_recovered_workspace_is_sent_once_though_acknowledged() {
     let sent = &first.request.workspace_agent_infos;
     assert_eq!((sent.len(), sent[0].error_details.is_none()), (1, true), "sent, without an error");
     assert!(first.already_acknowledged.is_empty());
-    let mut answer = ReconcileResponse {
+    let answer = ReconcileResponse {
         workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
         settings: None,
     };
-    settle(&mut ledger, &first, &mut answer, false);
+    settle(&mut ledger, &first, &mut Answer::from(answer.clone()), false);
     assert!(ledger.holds(&key, "5"));
     let again = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
     assert!(again.request.workspace_agent_infos.is_empty(), "heard once; now marked clean instead");
@@ -273,10 +274,10 @@ fn a_recovery_during_a_cycle_is_not_undone_by_its_answer() {
     let planned = plan(UpdateType::Partial, &[deployment("a", "ws", "5")], &ledger, &HashSet::new());
     assert_eq!(planned.already_acknowledged.len(), 1);
     ledger.report_again(&key); // the apply recovers while the request is out
-    let mut answer = ReconcileResponse {
+    let answer = ReconcileResponse {
         workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
         settings: None,
     };
-    settle(&mut ledger, &planned, &mut answer, false);
+    settle(&mut ledger, &planned, &mut Answer::from(answer.clone()), false);
     assert!(!ledger.holds(&key, "5"), "still to be reported: the controller leaves the entry dirty");
 }

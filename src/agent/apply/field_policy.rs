@@ -1,0 +1,175 @@
+//! What an allowed kind may carry (DESIGN §2, "Trust": what). A kind on the allow-list can
+//! still reach outside its workspace through its fields: a Service's `externalIPs` intercept
+//! other traffic (the CVE-2020-8554 class), a claim's `volumeName` binds another tenant's
+//! retained volume, an owner reference ties an object's life to a stranger, a foreign
+//! finalizer keeps a namespace `Terminating` for ever, and a Pod template runs on the host.
+//! Each rule names the field it refuses. Free of I/O.
+
+use super::pod_security::{self, PodSecurityLevel};
+use kube::api::DynamicObject;
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// What the fields of a config may hold.
+#[derive(Debug, Clone)]
+pub struct FieldPolicy {
+    pub pod_security: PodSecurityLevel,
+    pub service_types: BTreeSet<String>,
+}
+
+impl Default for FieldPolicy {
+    fn default() -> Self {
+        Self { pod_security: PodSecurityLevel::default(), service_types: BTreeSet::from(["ClusterIP".to_string()]) }
+    }
+}
+
+/// Finalizers Kubernetes itself sets and removes.
+fn kubernetes_finalizer(name: &str) -> bool {
+    matches!(name, "orphan" | "foregroundDeletion" | "kubernetes") || name.starts_with("kubernetes.io/")
+}
+
+impl FieldPolicy {
+    /// Check one object. `in_config` holds the (kind, name) of every object in the config:
+    /// the only owners an object may name.
+    pub fn check(
+        &self,
+        gvk: &GroupVersionKind,
+        object: &DynamicObject,
+        in_config: &BTreeSet<(String, String)>,
+    ) -> Result<(), String> {
+        for owner in object.metadata.owner_references.iter().flatten() {
+            if !in_config.contains(&(owner.kind.clone(), owner.name.clone())) {
+                return Err(format!(
+                    "metadata.ownerReferences: {} {} is not in the workspace's config",
+                    owner.kind, owner.name
+                ));
+            }
+        }
+        if let Some(foreign) = object.metadata.finalizers.iter().flatten().find(|f| !kubernetes_finalizer(f)) {
+            return Err(format!("metadata.finalizers: {foreign:?} is not one of Kubernetes' own"));
+        }
+        let spec = object.data.get("spec").unwrap_or(&Value::Null);
+        match (gvk.group.as_str(), gvk.kind.as_str()) {
+            ("", "Service") => self.check_service(spec)?,
+            ("", "PersistentVolumeClaim") => check_claim(spec)?,
+            _ => {}
+        }
+        // A template without a spec runs nothing; the apiserver refuses it.
+        if let Some((path, pod_spec)) = pod_security::pod_spec(&gvk.group, &gvk.kind, &object.data)
+            && !pod_spec.is_null()
+        {
+            pod_security::check(self.pod_security, path, pod_spec)?;
+        }
+        Ok(())
+    }
+
+    fn check_service(&self, spec: &Value) -> Result<(), String> {
+        let type_ = match spec.get("type") {
+            None | Some(Value::Null) => "ClusterIP",
+            Some(Value::String(t)) => t.as_str(),
+            Some(other) => return Err(format!("spec.type: {other} is not a Service type")),
+        };
+        if !self.service_types.contains(type_) {
+            let allowed: Vec<&str> = self.service_types.iter().map(String::as_str).collect();
+            return Err(format!("spec.type: {type_} is not allowed (allowed: {})", allowed.join(", ")));
+        }
+        if present(spec.get("externalIPs")) {
+            return Err("spec.externalIPs: external IPs are never applied".into());
+        }
+        Ok(())
+    }
+}
+
+/// A claim is bound by the cluster's provisioner, never to a volume the config picks.
+fn check_claim(spec: &Value) -> Result<(), String> {
+    for field in ["volumeName", "selector"] {
+        if present(spec.get(field)) {
+            return Err(format!("spec.{field}: a claim may not pick its volume"));
+        }
+    }
+    Ok(())
+}
+
+/// Set to something other than null, "" or an empty list or map.
+fn present(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(kind: &str, api_version: &str, body: Value) -> Result<(), String> {
+        let mut value = json!({ "apiVersion": api_version, "kind": kind, "metadata": { "name": "x" } });
+        if let (Some(target), Some(extra)) = (value.as_object_mut(), body.as_object()) {
+            for (k, v) in extra {
+                target.insert(k.clone(), v.clone());
+            }
+        }
+        let object: DynamicObject = serde_json::from_value(value).expect("object");
+        let gvk = GroupVersionKind::try_from(object.types.as_ref().expect("types")).expect("gvk");
+        let in_config = BTreeSet::from([("ConfigMap".to_string(), "mine".to_string())]);
+        FieldPolicy::default().check(&gvk, &object, &in_config)
+    }
+
+    #[test]
+    fn services_are_cluster_ip_without_external_ips() {
+        assert!(check("Service", "v1", json!({ "spec": { "ports": [{ "port": 80 }] } })).is_ok());
+        assert!(check("Service", "v1", json!({ "spec": { "type": "ClusterIP", "externalIPs": [] } })).is_ok());
+        let error = check("Service", "v1", json!({ "spec": { "externalIPs": ["8.8.8.8"] } })).unwrap_err();
+        assert!(error.starts_with("spec.externalIPs"), "{error}");
+        for type_ in ["LoadBalancer", "NodePort", "ExternalName"] {
+            let error = check("Service", "v1", json!({ "spec": { "type": type_ } })).unwrap_err();
+            assert!(error.contains(type_), "{error}");
+        }
+        let mut open = FieldPolicy::default();
+        open.service_types.insert("NodePort".into());
+        let object: DynamicObject = serde_json::from_value(
+            json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "x" }, "spec": { "type": "NodePort" } }),
+        )
+        .unwrap();
+        let gvk = GroupVersionKind::gvk("", "v1", "Service");
+        assert!(open.check(&gvk, &object, &BTreeSet::new()).is_ok(), "the operator may allow more types");
+    }
+
+    #[test]
+    fn claims_do_not_pick_their_volume() {
+        assert!(check("PersistentVolumeClaim", "v1", json!({ "spec": { "resources": {} } })).is_ok());
+        for spec in
+            [json!({ "volumeName": "pv-of-another-tenant" }), json!({ "selector": { "matchLabels": { "a": "b" } } })]
+        {
+            let error = check("PersistentVolumeClaim", "v1", json!({ "spec": spec })).unwrap_err();
+            assert!(error.contains("may not pick its volume"), "{error}");
+        }
+    }
+
+    #[test]
+    fn owners_are_in_the_config_and_finalizers_are_kubernetes_own() {
+        let owned = |kind: &str, name: &str| json!({ "metadata": { "name": "x", "ownerReferences": [{ "apiVersion": "v1", "kind": kind, "name": name, "uid": "u" }] } });
+        assert!(check("ConfigMap", "v1", owned("ConfigMap", "mine")).is_ok());
+        let error = check("ConfigMap", "v1", owned("Namespace", "kube-system")).unwrap_err();
+        assert!(error.starts_with("metadata.ownerReferences"), "{error}");
+        let finalized = |f: &str| json!({ "metadata": { "name": "x", "finalizers": [f] } });
+        assert!(check("PersistentVolumeClaim", "v1", finalized("kubernetes.io/pvc-protection")).is_ok());
+        assert!(check("ConfigMap", "v1", finalized("foregroundDeletion")).is_ok());
+        let error = check("ConfigMap", "v1", finalized("example.com/never-done")).unwrap_err();
+        assert!(error.starts_with("metadata.finalizers"), "{error}");
+    }
+
+    #[test]
+    fn pod_templates_meet_the_level() {
+        let host = json!({ "spec": { "template": { "spec": { "hostPID": true, "containers": [{ "name": "c", "image": "i" }] } } } });
+        let error = check("Deployment", "apps/v1", host).unwrap_err();
+        assert!(error.contains("hostPID"), "{error}");
+        let plain = json!({ "spec": { "template": { "spec": { "containers": [{ "name": "c", "image": "i" }] } } } });
+        assert!(check("Deployment", "apps/v1", plain).is_ok());
+    }
+}
