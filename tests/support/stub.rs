@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wsync::protocol::{
-    ActualState, DesiredState, MAX_RECONCILE_BODY_BYTES, PREREQUISITES_PATH, RECONCILE_PATH, ReconcileRequest,
-    ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
+    ActualState, DesiredState, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, PREREQUISITES_PATH, RECONCILE_PATH,
+    ReconcileRequest, ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
 };
 
 pub const STUB_TOKEN: &str = "stub-agent-token";
@@ -87,6 +87,8 @@ pub struct Script {
     pub always_return: Vec<(String, String)>,
     /// Workspaces never returned, so their errors are never acknowledged.
     pub never_return: Vec<(String, String)>,
+    /// (namespace, name) → the image pull secrets returned with it, as (namespace, name).
+    pub image_pull_secrets: HashMap<(String, String), Vec<(String, String)>>,
 }
 
 impl Script {
@@ -127,7 +129,13 @@ impl Script {
             actual_state: ActualState::Running,
             deployment_resource_version: rv,
             config_to_apply: self.configs.get(key).cloned().unwrap_or_default(),
-            image_pull_secrets: vec![],
+            image_pull_secrets: self
+                .image_pull_secrets
+                .get(key)
+                .into_iter()
+                .flatten()
+                .map(|(namespace, name)| ImagePullSecret { namespace: namespace.clone(), name: name.clone() })
+                .collect(),
         }
     }
 }
