@@ -19,6 +19,8 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_SYNCED: &str = "Synced";
 /// Present (True) while the control plane's last settings were refused and older ones hold.
 pub const CONDITION_SETTINGS_REJECTED: &str = "SettingsRejected";
+/// Present (True) while a termination has run past `--termination-timeout`.
+pub const CONDITION_TERMINATION_STUCK: &str = "TerminationStuck";
 /// Present (True) only while pending errors beyond the status's size budget were left out.
 pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
 

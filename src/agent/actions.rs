@@ -1,16 +1,22 @@
 //! Running what a cycle's answer asks for: applies and terminations, with bounded
 //! concurrency, each result recorded under its version, and the follow-up it calls for.
+//! One action per workspace at a time (`Intents`); each apply has a deadline; a failed apply
+//! is retried with its config, backing off from 1 s to the partial interval, until it
+//! succeeds or a newer intent replaces it.
 
 use super::context::Context;
 use super::error::ApplyError;
 use super::metrics::ResultLabel;
+use super::sync::backoff::Backoff;
 use super::sync::cycle::WorkspaceAction;
-use super::sync::error_tracker::{ApplyVersion, FollowUp};
+use super::sync::error_tracker::{ApplyVersion, FollowUp, Recorded};
 use super::sync::workspace::WorkspaceKey;
 use crate::runtime::LockExt;
 use futures::StreamExt;
+use futures::future::Abortable;
 use jiff::Timestamp;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::Instrument;
 
 /// Run a cycle's actions with bounded concurrency from one task, so that only as many apply
@@ -34,27 +40,125 @@ pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool) {
     ctx.applies.lock_unpoisoned().spawn(task.in_current_span());
 }
 
-/// One workspace's apply or termination. The shared slots cap applies across cycles.
+/// One workspace's apply or termination, as its newest intent: an older one still running for
+/// the workspace is aborted first, and this one waits until it is gone.
 async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
-    let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else {
-        return;
+    let key = action.key().clone();
+    let carries = match &action {
+        WorkspaceAction::Apply { config, image_pull_secrets, .. } => {
+            Some(super::intents::digest(config, image_pull_secrets))
+        }
+        WorkspaceAction::Terminate { .. } | WorkspaceAction::Refuse { .. } => None,
     };
+    let started = ctx.intents.start(&key, carries);
+    let serial = started.serial;
+    let work = async {
+        let _turn = started.turn.lock().await;
+        perform(&ctx, action, serial).await
+    };
+    let handed_over = Abortable::new(work, started.registration).await.unwrap_or(false);
+    if !handed_over {
+        ctx.intents.finish(&key, serial);
+    }
+}
+
+/// Returns whether the intent went on in a task of its own (a failed apply's retries), so
+/// that the stream of this cycle's actions does not wait for them.
+async fn perform(ctx: &Arc<Context>, action: WorkspaceAction, serial: u64) -> bool {
     match action {
         WorkspaceAction::Apply { key, config, image_pull_secrets, version } => {
-            let result = ctx.applier.apply(&key, &config, &image_pull_secrets).await;
-            record_result(&ctx, &key, version, result).await;
+            let result = apply_once(ctx, &key, &config, &image_pull_secrets).await;
+            let failed = result.is_err();
+            record_result(ctx, &key, version, result).await;
+            if !failed {
+                return false;
+            }
+            let Some(next) = ctx.intents.hand_over(&key, serial) else { return false };
+            let ctx2 = ctx.clone();
+            let task = async move {
+                let work = async {
+                    let _turn = next.turn.lock().await;
+                    retry(&ctx2, &key, &config, &image_pull_secrets, serial).await;
+                };
+                let _ = Abortable::new(work, next.registration).await;
+                ctx2.intents.finish(&key, serial);
+            };
+            ctx.applies.lock_unpoisoned().spawn(task.in_current_span());
+            true
         }
         WorkspaceAction::Refuse { key, reason, version } => {
-            record_result(&ctx, &key, version, Err(ApplyError::applier(reason))).await;
+            record_result(ctx, &key, version, Err(ApplyError::refused(reason))).await;
+            false
         }
         WorkspaceAction::Terminate { key } => {
+            let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else { return false };
             if let Err(error) = ctx.applier.terminate(&key).await {
-                fail_now(&ctx, &key, &error, "Terminate");
+                fail_now(ctx, &key, &error, "Terminate");
                 ctx.persist_logged().await;
-                warn(&ctx, &key, "TerminationFailed", "Terminate", &error.message).await;
+                warn(ctx, &key, "TerminationFailed", "Terminate", &error.message).await;
             }
+            false
         }
     }
+}
+
+/// One attempt, in one of the shared slots (which cap applies across cycles), within the
+/// apply deadline.
+async fn apply_once(
+    ctx: &Context,
+    key: &WorkspaceKey,
+    config: &str,
+    pull_secrets: &[crate::protocol::ImagePullSecret],
+) -> Result<(), ApplyError> {
+    let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else {
+        return Err(ApplyError::kubernetes("the agent is stopping"));
+    };
+    let deadline = ctx.config.apply_timeout;
+    match tokio::time::timeout(deadline, ctx.applier.apply(key, config, pull_secrets)).await {
+        Ok(result) => result,
+        Err(_) => Err(ApplyError::kubernetes(format!(
+            "the apply did not finish within {deadline:?} (--apply-timeout); it is retried"
+        ))),
+    }
+}
+
+/// Retry a failed apply with the config it last received, until it succeeds, the failure is
+/// superseded, or a newer intent aborts this one. A refusal by the apply policy cannot heal
+/// by itself, so it is retried at the slow end only.
+async fn retry(
+    ctx: &Arc<Context>,
+    key: &WorkspaceKey,
+    config: &str,
+    pull_secrets: &[crate::protocol::ImagePullSecret],
+    serial: u64,
+) {
+    for attempt in 1u32.. {
+        let partial = ctx.state().ledger.partial_interval();
+        let lasting = ctx.state().ledger.errors().pending_is_lasting(key);
+        let schedule = Backoff { first: Duration::from_secs(1), cap: partial.max(Duration::from_secs(1)) };
+        let wait = if lasting { schedule.cap } else { schedule.after(attempt) };
+        tokio::time::sleep(jitter(wait)).await;
+        let Some(retried) = ctx.state().ledger.errors().retryable(key) else { return };
+        if !ctx.intents.is_current(key, serial) {
+            return;
+        }
+        let result = apply_once(ctx, key, config, pull_secrets).await;
+        let message = result.as_ref().err().map(|e| e.message.clone());
+        let recorded = ctx.state().ledger.errors_mut().record_retry(key, retried, result, Timestamp::now());
+        ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
+        tracing::info!(workspace = %key.name(), namespace = %key.namespace(), attempt, outcome = recorded.metric_label(), "retried a failed apply");
+        follow_up(ctx, key, recorded, message.as_deref()).await;
+        if matches!(recorded, Recorded::Recovered | Recorded::Stale) {
+            return;
+        }
+    }
+}
+
+/// Between half and all of `wait`, so that many workspaces failing at once do not retry in step.
+fn jitter(wait: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let spread = getrandom::fill(&mut byte).map(|()| u32::from(byte[0])).unwrap_or(128);
+    wait / 2 + (wait / 2).mul_f64(f64::from(spread) / 255.0)
 }
 
 /// Copy again the pull secrets whose source changed; a failed copy is the workspace's error.
@@ -63,6 +167,26 @@ pub async fn refresh_pull_secret_copies(ctx: &Context) {
     for (key, error) in ctx.applier.refresh_pull_secret_copies().await {
         fail_now(ctx, &key, &error, "CopyPullSecret");
         warn(ctx, &key, "ApplyFailed", "CopyPullSecret", &error.message).await;
+    }
+}
+
+/// Terminations past `--termination-timeout`: each is its workspace's `kubernetes` error, naming
+/// what holds the namespace, and a Warning Event. The control plane's Terminated keeps them
+/// going; the namespace's deletion was asked for already.
+pub async fn report_stuck_terminations(ctx: &Context, keys: Vec<WorkspaceKey>) {
+    for key in keys {
+        let holdup = match ctx.cluster.namespace_holdup(key.namespace()).await {
+            Ok(Some(holdup)) => holdup,
+            Ok(None) => continue,
+            Err(error) => format!("its namespace could not be read: {}", super::error::api_message(&error)),
+        };
+        let timeout = ctx.config.termination_timeout;
+        let error = ApplyError::kubernetes(format!(
+            "namespace {} is still terminating after {timeout:?} (--termination-timeout): {holdup}",
+            key.namespace()
+        ));
+        fail_now(ctx, &key, &error, "Terminate");
+        warn(ctx, &key, "TerminationStuck", "Terminate", &error.message).await;
     }
 }
 
@@ -84,10 +208,14 @@ async fn record_result(ctx: &Context, key: &WorkspaceKey, version: ApplyVersion,
     }
     let recorded = ctx.state().ledger.errors_mut().record(key, version, result, Timestamp::now());
     ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
+    follow_up(ctx, key, recorded, failure.as_deref()).await;
+}
+
+async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failure: Option<&str>) {
     match recorded.follow_up() {
         FollowUp::PersistAndWarn => {
             ctx.persist_logged().await;
-            warn(ctx, key, "ApplyFailed", "Apply", &failure.unwrap_or_default()).await;
+            warn(ctx, key, "ApplyFailed", "Apply", failure.unwrap_or_default()).await;
         }
         // A Deployment not in the index yet is reported when the watch brings it.
         FollowUp::ReportAgain => {

@@ -24,6 +24,10 @@ pub struct LoopConfig {
     pub min_cycle_gap: Duration,
     /// How many workspaces are applied at once.
     pub apply_concurrency: usize,
+    /// How long one apply may take before it is reported, retried, and frees its slot.
+    pub apply_timeout: Duration,
+    /// How long a termination may run before it is reported as stuck.
+    pub termination_timeout: Duration,
 }
 
 /// What survives between cycles, guarded by one short-lived lock.
@@ -31,9 +35,13 @@ pub struct SyncState {
     pub ledger: Ledger,
     /// False until the first successful full cycle of this leadership.
     pub full_done: bool,
+    /// The last cycle's answer never arrived (or could not be read): the control plane may
+    /// have committed it, so the next cycle is full.
+    pub answer_lost: bool,
     /// The control plane's prerequisites, fetched once per leadership before the first cycle.
     pub prerequisites: Option<crate::protocol::Prerequisites>,
     pub consecutive_failures: u32,
+    pub termination_clock: super::sync::termination_clock::TerminationClock,
 }
 
 /// The status as last written: its serialized bytes, compared exactly before the next write
@@ -76,6 +84,7 @@ pub struct Context {
     written: tokio::sync::Mutex<Written>,
     last_cycle_start: tokio::sync::Mutex<Option<Instant>>,
     pub apply_slots: Arc<Semaphore>,
+    pub intents: super::intents::Intents,
     pub applies: Mutex<JoinSet<()>>,
     pub cycles: AtomicU64,
 }
@@ -100,10 +109,18 @@ impl Context {
             control_plane,
             index,
             apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
+            intents: Default::default(),
             config,
             metrics,
             leading,
-            state: Mutex::new(SyncState { ledger, full_done: false, prerequisites: None, consecutive_failures: 0 }),
+            state: Mutex::new(SyncState {
+                ledger,
+                full_done: false,
+                answer_lost: false,
+                prerequisites: None,
+                consecutive_failures: 0,
+                termination_clock: Default::default(),
+            }),
             written: tokio::sync::Mutex::new(Written::of(written)),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),

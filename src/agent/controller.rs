@@ -35,7 +35,8 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
     let resync_request = wss.resync_request().map(str::to_string);
     let update_type = {
         let state = ctx.state();
-        state.ledger.cycle_due(Timestamp::now(), !state.full_done, resync_request.as_deref())
+        let from_scratch = !state.full_done || state.answer_lost;
+        state.ledger.cycle_due(Timestamp::now(), from_scratch, resync_request.as_deref())
     };
     let span = tracing::info_span!("sync_cycle", cycle = cycle_id, update_type = %update_type);
     let started = Instant::now();
@@ -49,7 +50,11 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
     metrics.cycles.get_or_create(&CycleLabels { update_type: update_type.to_string(), result: outcome.into() }).inc();
     match result {
         Ok(requeue) => {
-            ctx.state().consecutive_failures = 0;
+            {
+                let mut state = ctx.state();
+                state.consecutive_failures = 0;
+                state.answer_lost &= update_type != UpdateType::Full;
+            }
             metrics.cycle_completed();
             metrics.last_success.get_or_create(&kind).set(Timestamp::now().as_millisecond() as f64 / 1000.0);
             Ok(Action::requeue(requeue))
@@ -61,6 +66,10 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
                 let mut state = ctx.state();
                 state.consecutive_failures = state.consecutive_failures.saturating_add(1);
                 state.ledger.outcome = failed;
+                if error.answer_lost() {
+                    tracing::info!("the control plane may have committed the lost answer; the next cycle is full");
+                    state.answer_lost = true;
+                }
             }
             if let Err(write_error) = ctx.persist().await {
                 tracing::warn!(error = %write_error, "could not record the failure in the status");
@@ -115,7 +124,10 @@ async fn run_cycle(
     let paused = wss.paused();
     let settled = {
         let mut state = ctx.state();
-        let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused);
+        let in_flight = |key: &WorkspaceKey, config: &str, secrets: &[crate::protocol::ImagePullSecret]| {
+            ctx.intents.carries(key, || super::intents::digest(config, secrets))
+        };
+        let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused, in_flight);
         let mut index = ctx.index.lock();
         if update_type == UpdateType::Full {
             cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response.response);
@@ -128,6 +140,22 @@ async fn run_cycle(
         state.full_done |= update_type == UpdateType::Full;
         settled
     };
+    let newly_stuck = {
+        let mut state = ctx.state();
+        let state = &mut *state;
+        let running: Vec<WorkspaceKey> =
+            state.ledger.terminations().keys().filter(|key| !namespace_gone.contains(key)).cloned().collect();
+        let timeout =
+            jiff::SignedDuration::try_from(ctx.config.termination_timeout).unwrap_or(jiff::SignedDuration::MAX);
+        let newly = state.termination_clock.tick(&running, Timestamp::now(), timeout);
+        let stuck: Vec<String> = state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
+        ctx.metrics.terminations_stuck.set(stuck.len() as i64);
+        if state.ledger.stuck_terminations != stuck {
+            state.ledger.stuck_terminations = stuck;
+        }
+        newly
+    };
+    actions::report_stuck_terminations(ctx, newly_stuck).await;
     if let Some(reason) = &settled.rejected_settings {
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }

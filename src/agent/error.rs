@@ -62,6 +62,21 @@ impl Error {
         }
     }
 
+    /// The reconcile was sent, but its answer was not received or not read: the control
+    /// plane may have committed it (and stamped its changes as delivered).
+    pub fn answer_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::ControlPlane(
+                ControlPlaneError::Timeout(_)
+                    | ControlPlaneError::Unreachable(_)
+                    | ControlPlaneError::InvalidBody(_)
+                    | ControlPlaneError::TooLarge { .. }
+                    | ControlPlaneError::Redirected { .. }
+            )
+        )
+    }
+
     /// Retrying cannot help: the operator must change something first.
     pub fn is_permanent(&self) -> bool {
         matches!(
@@ -124,17 +139,25 @@ impl ControlPlaneError {
 pub struct ApplyError {
     pub error_type: ErrorType,
     pub message: String,
+    /// Retrying the same config cannot help (the agent's policy refused it): retried only at
+    /// the slow end.
+    pub lasting: bool,
 }
 
 impl ApplyError {
-    /// Refused or failed in the applier: the config itself is at fault.
+    /// Failed in the applier: the config itself is at fault.
     pub fn applier(message: impl Into<String>) -> Self {
-        Self { error_type: ErrorType::Applier, message: message.into() }
+        Self { error_type: ErrorType::Applier, message: message.into(), lasting: false }
+    }
+
+    /// Refused by the agent's own policy: the same config is refused again.
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self { lasting: true, ..Self::applier(message) }
     }
 
     /// The cluster refused or failed around the config (namespace, pull secrets).
     pub fn kubernetes(message: impl Into<String>) -> Self {
-        Self { error_type: ErrorType::Kubernetes, message: message.into() }
+        Self { error_type: ErrorType::Kubernetes, message: message.into(), lasting: false }
     }
 }
 

@@ -54,6 +54,7 @@ pub struct Metrics {
     /// When the latest cycle of each type began: the bench times cycles from it.
     pub last_start: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     pub leader: Gauge,
+    pub terminations_stuck: Gauge,
     registry: Registry,
     crd_present: AtomicBool,
     leading_cycle_done: AtomicBool,
@@ -72,6 +73,12 @@ impl Metrics {
         let last_success = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let last_start = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let leader = Gauge::default();
+        let terminations_stuck = Gauge::default();
+        registry.register(
+            "terminations_stuck",
+            "Workspace terminations running past --termination-timeout",
+            terminations_stuck.clone(),
+        );
         registry.register("sync_cycles", "Sync cycles by update type and result", cycles.clone());
         registry.register("sync_cycle_duration_seconds", "Sync cycle duration", cycle_duration.clone());
         registry.register("sync_workspaces_sent", "Workspace infos sent per cycle", workspaces_sent.clone());
@@ -109,6 +116,7 @@ impl Metrics {
             last_success,
             last_start,
             leader,
+            terminations_stuck,
             registry,
             crd_present: AtomicBool::new(false),
             leading_cycle_done: AtomicBool::new(false),

@@ -8,6 +8,7 @@ pub mod context;
 pub mod control_plane_client;
 pub mod controller;
 pub mod error;
+pub mod intents;
 pub mod k8s;
 pub mod metrics;
 pub mod retry;
@@ -79,6 +80,16 @@ pub struct AgentArgs {
     /// Workspaces applied at once.
     #[arg(long, env = "WSYNC_APPLY_CONCURRENCY", default_value_t = 16)]
     pub apply_concurrency: usize,
+
+    /// How long one workspace's apply may take; one that hits it is reported and retried,
+    /// and frees its slot.
+    #[arg(long, env = "WSYNC_APPLY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub apply_timeout: Duration,
+
+    /// How long a workspace's termination may run before it is reported as stuck, naming what
+    /// holds its namespace.
+    #[arg(long, env = "WSYNC_TERMINATION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub termination_timeout: Duration,
 
     /// Read namespaces and inventories from watched caches (needs list/watch on namespaces
     /// and configmaps); `false` reads them with one GET per apply instead.
@@ -279,7 +290,12 @@ async fn lead(
         cluster,
         control_plane,
         index: index.clone(),
-        config: LoopConfig { min_cycle_gap: args.min_cycle_gap, apply_concurrency: args.apply_concurrency },
+        config: LoopConfig {
+            min_cycle_gap: args.min_cycle_gap,
+            apply_concurrency: args.apply_concurrency,
+            apply_timeout: args.apply_timeout,
+            termination_timeout: args.termination_timeout,
+        },
         metrics,
         leading: leader.clone(),
     };

@@ -37,8 +37,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
         .route("/agents/{agent}", get(agent_page))
         .route("/agents/{agent}/workspaces/{name}/{action}", post(page_action))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .with_state(state)
+}
+
+/// 200 while the database answers and its writer runs; 503 with the reason otherwise.
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.health().await {
+        Ok(()) => "ok".into_response(),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {error}\n")).into_response(),
+    }
 }
 
 /// An error answer: its status and `{"error": …}`.

@@ -92,6 +92,7 @@ fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
+    wsync::runtime::install_crypto_provider();
     let env = env();
     let id = unique_id("me");
     let ns = format!("{id}-1");
@@ -115,7 +116,7 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
     let mut script = Script::with_intervals(300, 1);
     script.always_return.push((ns.clone(), "ws".into()));
     script.configs.insert((ns.clone(), "ws".into()), "kind: [broken".into());
-    stub.set_script(script);
+    stub.set_responder(move |req| crate::support::stub::Reply::created(&without_erred(&script, req)));
     let mut ready = 0;
     for _ in 0..100 {
         ready = get(&format!("{base}/readyz")).await.0;
@@ -125,8 +126,8 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(ready, 200, "ready once a cycle completed");
-    // Each cycle acknowledges the pending error and re-applies the broken config, which fails
-    // again: the gauge is 0 for the moment between the two, so read until every sample holds.
+    // The control plane never acknowledges the error, so it stays pending; read until every
+    // sample holds.
     let wanted = [
         (r#"wsync_sync_cycles_total{update_type="full",result="success"}"#, 1.0),
         (r#"wsync_sync_cycles_total{update_type="partial",result="success"}"#, 1.0),

@@ -9,6 +9,7 @@ mod support;
 
 mod applier;
 mod end_to_end;
+mod faults;
 mod hostile;
 mod leader;
 mod ledger_leak;

@@ -99,8 +99,8 @@ async fn the_agent_syncs_with_only_the_manifests_permissions() {
         (!kubectl(env, &["-n", &ns, "get", "secret", "token"]).status.success()).then_some(())
     })
     .await;
-    eventually("the error recorded in the status", LONG, || {
-        (wss_json(env, &id)?["status"]["pendingErrorCount"].as_u64()? >= 1).then_some(())
+    stub.wait_for("the broken config's error reported", 0, LONG, |r| {
+        r.request.workspace_agent_infos.iter().any(|i| i.namespace == bad_ns && i.error_details.is_some())
     })
     .await;
     let events = apply_failed_events(env, AGENT_NAMESPACE, &format!("involvedObject.name={id}"));

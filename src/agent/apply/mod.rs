@@ -56,17 +56,17 @@ impl Applier {
         config: &str,
         pull_secrets: &[ImagePullSecret],
     ) -> Result<(), ApplyError> {
-        let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::applier(e.to_string()))?;
+        let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::refused(e.to_string()))?;
         let scopes = self.resolve_scopes(&objects).await.map_err(ApplyError::applier)?;
         let inventories = plan::plan(objects, key.namespace(), &self.policy, |gvk| {
             scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
         })
-        .map_err(ApplyError::applier)?;
+        .map_err(ApplyError::refused)?;
         if let Err(refusal) = self.policy.check_pull_secrets(pull_secrets) {
             self.delete_disallowed_copies(key.namespace()).await?;
-            return Err(ApplyError::applier(refusal));
+            return Err(ApplyError::refused(refusal));
         }
-        let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::applier)?;
+        let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::refused)?;
         let copied = self.ensure_own_namespace(key.namespace()).await?;
         // Before the config, so that the first Pod can pull its image.
         let copies = self.sync_pull_secrets(key.namespace(), &copy_plan.wanted, &copied).await?;
@@ -229,7 +229,7 @@ impl Applier {
         let mut done = Vec::new();
         for source in &wanted {
             let secret = self.calls.fetch_pull_secret(source).await?.ok_or_else(|| missing_pull_secret(source))?;
-            ApplyPolicy::check_pull_secret_type(source, secret.type_.as_deref()).map_err(ApplyError::applier)?;
+            ApplyPolicy::check_pull_secret_type(source, secret.type_.as_deref()).map_err(ApplyError::refused)?;
             self.calls.copy_secret(&secret, source, namespace).await?;
             done.push((source.clone(), secret.metadata.resource_version.clone()));
         }

@@ -67,4 +67,26 @@ impl Cluster {
         let api: Api<Namespace> = Api::all(self.client.clone());
         Ok(api.get_opt(namespace).await?.is_some())
     }
+
+    /// What holds a namespace that is being deleted: its conditions that are True (what
+    /// content or finalizers remain), and its finalizers. None when it is gone.
+    pub async fn namespace_holdup(&self, namespace: &str) -> Result<Option<String>, kube::Error> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let Some(ns) = api.get_opt(namespace).await? else { return Ok(None) };
+        let mut reasons: Vec<String> = ns
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .filter(|c| c.status == "True")
+            .map(|c| format!("{}: {}", c.type_, c.message.as_deref().unwrap_or_default()))
+            .collect();
+        let finalizers: Vec<&String> = ns.metadata.finalizers.iter().flatten().collect();
+        if !finalizers.is_empty() {
+            reasons.push(format!("metadata.finalizers: {finalizers:?}"));
+        }
+        if reasons.is_empty() {
+            reasons.push("the namespace controller has reported nothing yet".into());
+        }
+        Ok(Some(reasons.join("; ")))
+    }
 }

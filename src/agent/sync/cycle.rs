@@ -111,6 +111,16 @@ pub enum WorkspaceAction {
     },
 }
 
+impl WorkspaceAction {
+    pub fn key(&self) -> &WorkspaceKey {
+        match self {
+            WorkspaceAction::Apply { key, .. }
+            | WorkspaceAction::Terminate { key }
+            | WorkspaceAction::Refuse { key, .. } => key,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settled {
     pub actions: Vec<WorkspaceAction>,
@@ -123,8 +133,16 @@ pub struct Settled {
 
 /// Apply the control plane's answer to the ledger, and decide the work it asks for.
 /// A paused agent records acknowledgements but applies and deletes nothing. The configs move
-/// out of the answer into the actions (at 10,000 workspaces, 25 MB not held twice).
-pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, answer: &mut Answer, paused: bool) -> Settled {
+/// out of the answer into the actions (at 10,000 workspaces, 25 MB not held twice). A config
+/// the workspace's apply in flight (or retrying) already carries (`in_flight`) starts nothing:
+/// it is no newer intent.
+pub fn settle(
+    ledger: &mut Ledger,
+    plan: &CyclePlan,
+    answer: &mut Answer,
+    paused: bool,
+    in_flight: impl Fn(&WorkspaceKey, &str, &[ImagePullSecret]) -> bool,
+) -> Settled {
     let mut settled = Settled::default();
     for key in &plan.reported_again {
         ledger.reported_again(key);
@@ -169,7 +187,10 @@ pub fn settle(ledger: &mut Ledger, plan: &CyclePlan, answer: &mut Answer, paused
                     settled.actions.push(WorkspaceAction::Terminate { key });
                 }
             }
-        } else if !info.config_to_apply.is_empty() && !paused {
+        } else if !info.config_to_apply.is_empty()
+            && !paused
+            && !in_flight(&key, &info.config_to_apply, &info.image_pull_secrets)
+        {
             let version = ledger.errors_mut().begin(&key);
             settled.actions.push(WorkspaceAction::Apply {
                 key,

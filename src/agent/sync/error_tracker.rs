@@ -43,6 +43,8 @@ pub struct Failure {
     pub error_type: ErrorType,
     pub message: String,
     pub first_seen: Timestamp,
+    /// Retrying cannot heal it (not kept in the status: a restored error retries normally).
+    pub lasting: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +86,8 @@ pub enum Recorded {
     /// Success after a failure the control plane may still show: it should hear of the
     /// workspace again.
     Recovered,
+    /// A retry failed as the attempt before it did: the pending error stands as it was.
+    StillFailing,
 }
 
 /// What the loop does after recording a result.
@@ -104,6 +108,7 @@ impl Recorded {
             Recorded::Failed => "failure",
             Recorded::Stale => "stale",
             Recorded::Healthy | Recorded::Recovered => "success",
+            Recorded::StillFailing => "retry_failure",
         }
     }
 
@@ -111,7 +116,7 @@ impl Recorded {
         match self {
             Recorded::Failed => FollowUp::PersistAndWarn,
             Recorded::Recovered => FollowUp::ReportAgain,
-            Recorded::Healthy | Recorded::Stale => FollowUp::Nothing,
+            Recorded::Healthy | Recorded::Stale | Recorded::StillFailing => FollowUp::Nothing,
         }
     }
 }
@@ -191,8 +196,12 @@ impl ErrorTracker {
                 if after_failure { Recorded::Recovered } else { Recorded::Healthy }
             }
             Err(error) => {
-                let failure =
-                    Failure { error_type: error.error_type, message: cap_message(&error.message), first_seen: now };
+                let failure = Failure {
+                    error_type: error.error_type,
+                    message: cap_message(&error.message),
+                    first_seen: now,
+                    lasting: error.lasting,
+                };
                 self.entries.insert(key.clone(), Tracked::Failed { version, failure });
                 Recorded::Failed
             }
@@ -203,7 +212,12 @@ impl ErrorTracker {
     /// version that supersedes anything in flight.
     pub fn fail_now(&mut self, key: &WorkspaceKey, error: &ApplyError, now: Timestamp) {
         let version = self.next_version();
-        let failure = Failure { error_type: error.error_type, message: cap_message(&error.message), first_seen: now };
+        let failure = Failure {
+            error_type: error.error_type,
+            message: cap_message(&error.message),
+            first_seen: now,
+            lasting: error.lasting,
+        };
         self.entries.insert(key.clone(), Tracked::Failed { version, failure });
     }
 
@@ -237,6 +251,58 @@ impl ErrorTracker {
         }
     }
 
+    /// The failure a retry of the workspace's last apply would clear: `Some(Some(version))`
+    /// while it is pending, `Some(None)` once the control plane has been shown it, None when
+    /// nothing failed or a newer apply has begun.
+    pub fn retryable(&self, key: &WorkspaceKey) -> Option<Option<ApplyVersion>> {
+        match self.entries.get(key) {
+            Some(Tracked::Failed { version, .. }) => Some(Some(*version)),
+            Some(Tracked::Shown) => Some(None),
+            Some(Tracked::InFlight { .. }) | None => None,
+        }
+    }
+
+    /// Store a retry's result, if the failure it retried (`retryable`) still stands. A retry
+    /// that fails again with the same message leaves the pending error as it was, so that
+    /// retries neither rewrite the status nor re-report the error each time.
+    pub fn record_retry(
+        &mut self,
+        key: &WorkspaceKey,
+        retried: Option<ApplyVersion>,
+        result: Result<(), ApplyError>,
+        now: Timestamp,
+    ) -> Recorded {
+        let previous = match (self.entries.get(key), retried) {
+            (Some(Tracked::Failed { version, failure }), Some(retried)) if *version == retried => {
+                Some(failure.message.clone())
+            }
+            (Some(Tracked::Shown), None) => None,
+            _ => return Recorded::Stale,
+        };
+        match result {
+            Ok(()) => {
+                self.entries.remove(key);
+                Recorded::Recovered
+            }
+            Err(error) => {
+                let message = cap_message(&error.message);
+                if previous.is_none_or(|p| p == message) {
+                    return Recorded::StillFailing;
+                }
+                let version = self.next_version();
+                let failure =
+                    Failure { error_type: error.error_type, message, first_seen: now, lasting: error.lasting };
+                self.entries.insert(key.clone(), Tracked::Failed { version, failure });
+                Recorded::Failed
+            }
+        }
+    }
+
+    /// Whether the pending failure is one retrying cannot heal (`ApplyError::lasting`).
+    pub fn pending_is_lasting(&self, key: &WorkspaceKey) -> bool {
+        matches!(self.entries.get(key), Some(Tracked::Failed { failure, .. }) if failure.lasting)
+    }
+
     pub fn in_flight(&self, key: &WorkspaceKey) -> bool {
         matches!(self.entries.get(key), Some(Tracked::InFlight { .. }))
     }
@@ -263,128 +329,4 @@ impl ErrorTracker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key() -> WorkspaceKey {
-        WorkspaceKey::new("ns", "ws")
-    }
-    fn fail(msg: &str) -> Result<(), ApplyError> {
-        Err(ApplyError::applier(msg))
-    }
-    fn now() -> Timestamp {
-        Timestamp::UNIX_EPOCH
-    }
-
-    #[test]
-    fn in_flight_applies_are_not_reported() {
-        let mut tracker = ErrorTracker::new(1);
-        tracker.begin(&key());
-        assert!(tracker.pending().is_empty());
-        assert!(tracker.in_flight(&key()));
-    }
-
-    #[test]
-    fn a_failure_is_pending_until_acknowledged_under_its_version() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        assert_eq!(tracker.record(&key(), v1, fail("boom"), now()), Recorded::Failed);
-        let pending = tracker.pending();
-        assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].2.message, "boom");
-        assert!(!tracker.acknowledge(&key(), ApplyVersion { epoch: 1, sequence: 99 }));
-        assert!(tracker.acknowledge(&key(), v1));
-        assert!(tracker.pending().is_empty());
-    }
-
-    #[test]
-    fn slow_old_failure_never_marks_a_healthy_workspace() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        let v2 = tracker.begin(&key());
-        assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Healthy);
-        assert_eq!(tracker.record(&key(), v1, fail("old"), now()), Recorded::Stale);
-        assert!(tracker.pending().is_empty());
-    }
-
-    #[test]
-    fn old_success_never_clears_a_newer_failure() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        let v2 = tracker.begin(&key());
-        assert_eq!(tracker.record(&key(), v2, fail("new"), now()), Recorded::Failed);
-        assert_eq!(tracker.record(&key(), v1, Ok(()), now()), Recorded::Stale);
-        assert_eq!(tracker.pending()[0].2.message, "new");
-    }
-
-    #[test]
-    fn acknowledging_an_old_version_keeps_a_newer_failure() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        tracker.record(&key(), v1, fail("first"), now());
-        let v2 = tracker.begin(&key());
-        tracker.record(&key(), v2, fail("second"), now());
-        assert!(!tracker.acknowledge(&key(), v1));
-        assert_eq!(tracker.pending()[0].2.message, "second");
-    }
-
-    #[test]
-    fn success_after_failure_is_a_recovery() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        tracker.record(&key(), v1, fail("boom"), now());
-        let v2 = tracker.begin(&key());
-        assert!(tracker.pending().is_empty(), "the retry hides the old failure while in flight");
-        assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered);
-    }
-
-    #[test]
-    fn success_after_an_acknowledged_failure_is_a_recovery_once() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        tracker.record(&key(), v1, fail("boom"), now());
-        assert!(tracker.acknowledge(&key(), v1));
-        assert_eq!(tracker.pending_count(), 0, "the control plane shows it; nothing is pending");
-        let v2 = tracker.begin(&key());
-        assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered, "the control plane must hear");
-        let v3 = tracker.begin(&key());
-        assert_eq!(tracker.record(&key(), v3, Ok(()), now()), Recorded::Healthy);
-    }
-
-    #[test]
-    fn versions_order_across_restarts() {
-        let mut before = ErrorTracker::new(1);
-        let old = before.begin(&key());
-        let mut after = ErrorTracker::new(2);
-        after.restore(key(), old, Failure { error_type: ErrorType::Applier, message: "x".into(), first_seen: now() });
-        let new = after.begin(&key());
-        assert!(new > old);
-        assert_eq!(after.record(&key(), old, Ok(()), now()), Recorded::Stale);
-        assert_eq!(after.version_of(&key()), Some(new));
-    }
-
-    #[test]
-    fn fail_now_supersedes_an_apply_in_flight() {
-        let mut tracker = ErrorTracker::new(1);
-        let v1 = tracker.begin(&key());
-        tracker.fail_now(&key(), &ApplyError::kubernetes("namespace refused"), now());
-        assert_eq!(tracker.record(&key(), v1, Ok(()), now()), Recorded::Stale);
-        assert_eq!(tracker.pending()[0].2.error_type, ErrorType::Kubernetes);
-    }
-
-    #[test]
-    fn messages_are_capped_on_a_char_boundary() {
-        let long = "é".repeat(MAX_MESSAGE_BYTES);
-        let capped = cap_message(&long);
-        assert!(capped.len() <= MAX_MESSAGE_BYTES);
-        assert!(capped.ends_with("(truncated)"));
-        assert_eq!(cap_message("short"), "short");
-    }
-
-    #[test]
-    fn version_text_round_trips() {
-        let v = ApplyVersion { epoch: 3, sequence: 17 };
-        assert_eq!(v.to_string().parse::<ApplyVersion>(), Ok(v));
-        assert!("3".parse::<ApplyVersion>().is_err());
-    }
-}
+mod tests;

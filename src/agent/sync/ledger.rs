@@ -5,8 +5,8 @@
 use super::error_tracker::{ApplyVersion, ErrorTracker, Failure};
 use super::workspace::WorkspaceKey;
 use crate::crd::{
-    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED, PendingErrorRecord,
-    WorkspaceSyncStatusStatus,
+    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED,
+    CONDITION_TERMINATION_STUCK, PendingErrorRecord, WorkspaceSyncStatusStatus,
 };
 use crate::protocol::{Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
@@ -52,6 +52,7 @@ pub struct RenderKey {
     workspaces: usize,
     settings: Settings,
     rejected_settings: Option<String>,
+    stuck_terminations: Vec<String>,
     last_handled_resync: Option<String>,
     times: [Option<Timestamp>; 3],
     outcome: SyncOutcome,
@@ -72,6 +73,8 @@ pub struct Ledger {
     pub settings: Settings,
     /// Why the control plane's last settings were refused, while the last good ones hold.
     pub rejected_settings: Option<String>,
+    /// Terminations past `--termination-timeout`, as `namespace/name`.
+    pub stuck_terminations: Vec<String>,
     pub last_handled_resync: Option<String>,
     pub last_full_sync: Option<Timestamp>,
     pub next_full_sync: Option<Timestamp>,
@@ -95,7 +98,7 @@ impl Ledger {
             errors.restore(
                 key,
                 version,
-                Failure { error_type: record.error_type, message, first_seen: record.first_seen.0 },
+                Failure { error_type: record.error_type, message, first_seen: record.first_seen.0, lasting: false },
             );
         }
         let settings =
@@ -116,6 +119,7 @@ impl Ledger {
             report_again: HashSet::new(),
             settings: if settings.validate().is_ok() { settings } else { Settings::default() },
             rejected_settings: None,
+            stuck_terminations: Vec::new(),
             last_handled_resync: status.last_handled_resync_request.clone(),
             last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
             next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),
@@ -186,6 +190,7 @@ impl Ledger {
             workspaces,
             settings: self.settings,
             rejected_settings: self.rejected_settings.clone(),
+            stuck_terminations: self.stuck_terminations.clone(),
             last_handled_resync: self.last_handled_resync.clone(),
             times: [self.last_full_sync, self.next_full_sync, self.last_partial_sync],
             outcome: self.outcome.clone(),
@@ -317,6 +322,16 @@ impl Ledger {
             let message = format!("kept the last good settings: the control plane sent {reason}");
             let outcome = SyncOutcome { ok: true, reason: "SettingsOutOfBounds".into(), message };
             conditions.push(condition(CONDITION_SETTINGS_REJECTED, &outcome, previous_conditions, now));
+        }
+        if let Some(first) = self.stuck_terminations.first() {
+            let more = self.stuck_terminations.len().saturating_sub(1);
+            let others = if more > 0 { format!(" and {more} more") } else { String::new() };
+            let message = format!(
+                "workspace {first}{others} still terminating past --termination-timeout; the agent keeps trying \
+                 (each workspace's error says what holds its namespace)"
+            );
+            let outcome = SyncOutcome { ok: true, reason: "NamespaceNotDeleted".into(), message };
+            conditions.push(condition(CONDITION_TERMINATION_STUCK, &outcome, previous_conditions, now));
         }
         WorkspaceSyncStatusStatus {
             conditions,

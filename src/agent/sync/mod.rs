@@ -9,4 +9,5 @@ pub mod error_tracker;
 pub mod index;
 pub mod ledger;
 pub mod outcome;
+pub mod termination_clock;
 pub mod workspace;

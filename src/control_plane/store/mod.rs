@@ -81,6 +81,18 @@ impl Store {
         Ok(Self { pool, backend })
     }
 
+    /// Whether the database answers and, on SQLite, the writer thread runs: what `/healthz`
+    /// reports, so that a dead writer does not pass for a healthy control plane.
+    pub async fn health(&self) -> StoreResult<()> {
+        if let Backend::Sqlite(writer) = &self.backend
+            && !writer.alive()
+        {
+            return Err(StoreError::Writer("the writer thread has stopped".into()));
+        }
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Register an agent; returns its token, which is shown once and stored hashed.
     pub async fn create_agent(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<String> {
         let token = new_token()?;

@@ -54,6 +54,11 @@ impl SqliteWriter {
         Ok(Self { jobs })
     }
 
+    /// Whether the writer thread still runs (it ends only when it panics or its queue closes).
+    pub fn alive(&self) -> bool {
+        !self.jobs.is_closed()
+    }
+
     pub async fn reconcile(
         &self,
         agent: Agent,

@@ -130,7 +130,7 @@ fn settle_acknowledges_and_schedules_applies() {
             partial_reconciliation_interval_seconds: 2,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     assert_eq!(ledger.acknowledged().get(&WorkspaceKey::new("ns", "ws")).map(String::as_str), Some("3"));
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
@@ -150,7 +150,7 @@ fn invalid_settings_keep_the_last_good_ones() {
             partial_reconciliation_interval_seconds: 10,
         }),
     };
-    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     assert!(settled.rejected_settings.is_some());
     assert_eq!(ledger.settings, Settings::default());
 }
@@ -167,13 +167,13 @@ fn errors_clear_only_under_the_sent_version() {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Running, ActualState::Error, None, "")],
         settings: None,
     };
-    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
+    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     let pending = ledger.errors().pending();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].2.message, "second");
 
     let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
-    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false);
+    settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     assert_eq!(ledger.errors().pending_count(), 0);
 }
 
@@ -183,7 +183,7 @@ fn an_error_the_control_plane_does_not_return_stays_pending() {
     let key = WorkspaceKey::new("ns", "ws");
     fail(&mut ledger, &key, "boom");
     let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
-    settle(&mut ledger, &plan, &mut Answer::default(), false);
+    settle(&mut ledger, &plan, &mut Answer::default(), false, |_, _, _| false);
     assert_eq!(ledger.errors().pending_count(), 1);
 }
 
@@ -196,7 +196,7 @@ fn termination_is_tracked_then_forgotten() {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Running, None, "x")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminating.clone()), false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminating.clone()), false, |_, _, _| false);
     assert_eq!(settled.actions, vec![WorkspaceAction::Terminate { key: key.clone() }]);
     assert_eq!(ledger.terminations().get(&key), Some(&TerminationProgress::Terminating));
 
@@ -204,7 +204,7 @@ fn termination_is_tracked_then_forgotten() {
         workspace_rails_infos: vec![rails("ns", "ws", DesiredState::Terminated, ActualState::Terminated, None, "")],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminated.clone()), false);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(terminated.clone()), false, |_, _, _| false);
     assert_eq!(settled.forgotten, vec![key.clone()]);
     assert!(ledger.terminations().is_empty());
 }
@@ -220,7 +220,7 @@ fn paused_agent_records_but_does_nothing() {
         ],
         settings: None,
     };
-    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), true);
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), true, |_, _, _| false);
     assert!(settled.actions.is_empty());
     assert_eq!(settled.acknowledged.len(), 1);
 }
@@ -259,7 +259,7 @@ fn a_recovered_workspace_is_sent_once_though_acknowledged() {
         workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
         settings: None,
     };
-    settle(&mut ledger, &first, &mut Answer::from(answer.clone()), false);
+    settle(&mut ledger, &first, &mut Answer::from(answer.clone()), false, |_, _, _| false);
     assert!(ledger.holds(&key, "5"));
     let again = plan(UpdateType::Partial, &dirty, &ledger, &HashSet::new());
     assert!(again.request.workspace_agent_infos.is_empty(), "heard once; now marked clean instead");
@@ -278,6 +278,26 @@ fn a_recovery_during_a_cycle_is_not_undone_by_its_answer() {
         workspace_rails_infos: vec![rails("a", "ws", DesiredState::Running, ActualState::Running, Some("5"), "")],
         settings: None,
     };
-    settle(&mut ledger, &planned, &mut Answer::from(answer.clone()), false);
+    settle(&mut ledger, &planned, &mut Answer::from(answer.clone()), false, |_, _, _| false);
     assert!(!ledger.holds(&key, "5"), "still to be reported: the controller leaves the entry dirty");
+}
+
+#[test]
+fn a_config_the_apply_in_flight_carries_starts_nothing() {
+    let mut ledger = Ledger::restore(None);
+    let plan = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    let response = ReconcileResponse {
+        workspace_rails_infos: vec![
+            rails("a", "same", DesiredState::Running, ActualState::Error, None, "cfg"),
+            rails("b", "newer", DesiredState::Running, ActualState::Running, None, "cfg"),
+        ],
+        settings: None,
+    };
+    let same = WorkspaceKey::new("a", "same");
+    let settled = settle(&mut ledger, &plan, &mut Answer::from(response), false, |key, config, _| {
+        *key == same && config == "cfg"
+    });
+    let applied: Vec<&WorkspaceKey> = settled.actions.iter().map(WorkspaceAction::key).collect();
+    assert_eq!(applied, [&WorkspaceKey::new("b", "newer")]);
+    assert!(!ledger.errors().in_flight(&same), "no version begun for it, so its pending error still shows");
 }

@@ -1,0 +1,158 @@
+use super::*;
+
+fn key() -> WorkspaceKey {
+    WorkspaceKey::new("ns", "ws")
+}
+fn fail(msg: &str) -> Result<(), ApplyError> {
+    Err(ApplyError::applier(msg))
+}
+fn now() -> Timestamp {
+    Timestamp::UNIX_EPOCH
+}
+
+#[test]
+fn in_flight_applies_are_not_reported() {
+    let mut tracker = ErrorTracker::new(1);
+    tracker.begin(&key());
+    assert!(tracker.pending().is_empty());
+    assert!(tracker.in_flight(&key()));
+}
+
+#[test]
+fn a_failure_is_pending_until_acknowledged_under_its_version() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v1, fail("boom"), now()), Recorded::Failed);
+    let pending = tracker.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].2.message, "boom");
+    assert!(!tracker.acknowledge(&key(), ApplyVersion { epoch: 1, sequence: 99 }));
+    assert!(tracker.acknowledge(&key(), v1));
+    assert!(tracker.pending().is_empty());
+}
+
+#[test]
+fn slow_old_failure_never_marks_a_healthy_workspace() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    let v2 = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Healthy);
+    assert_eq!(tracker.record(&key(), v1, fail("old"), now()), Recorded::Stale);
+    assert!(tracker.pending().is_empty());
+}
+
+#[test]
+fn old_success_never_clears_a_newer_failure() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    let v2 = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v2, fail("new"), now()), Recorded::Failed);
+    assert_eq!(tracker.record(&key(), v1, Ok(()), now()), Recorded::Stale);
+    assert_eq!(tracker.pending()[0].2.message, "new");
+}
+
+#[test]
+fn acknowledging_an_old_version_keeps_a_newer_failure() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    tracker.record(&key(), v1, fail("first"), now());
+    let v2 = tracker.begin(&key());
+    tracker.record(&key(), v2, fail("second"), now());
+    assert!(!tracker.acknowledge(&key(), v1));
+    assert_eq!(tracker.pending()[0].2.message, "second");
+}
+
+#[test]
+fn success_after_failure_is_a_recovery() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    tracker.record(&key(), v1, fail("boom"), now());
+    let v2 = tracker.begin(&key());
+    assert!(tracker.pending().is_empty(), "the retry hides the old failure while in flight");
+    assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered);
+}
+
+#[test]
+fn success_after_an_acknowledged_failure_is_a_recovery_once() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    tracker.record(&key(), v1, fail("boom"), now());
+    assert!(tracker.acknowledge(&key(), v1));
+    assert_eq!(tracker.pending_count(), 0, "the control plane shows it; nothing is pending");
+    let v2 = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v2, Ok(()), now()), Recorded::Recovered, "the control plane must hear");
+    let v3 = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v3, Ok(()), now()), Recorded::Healthy);
+}
+
+#[test]
+fn versions_order_across_restarts() {
+    let mut before = ErrorTracker::new(1);
+    let old = before.begin(&key());
+    let mut after = ErrorTracker::new(2);
+    after.restore(
+        key(),
+        old,
+        Failure { error_type: ErrorType::Applier, message: "x".into(), first_seen: now(), lasting: false },
+    );
+    let new = after.begin(&key());
+    assert!(new > old);
+    assert_eq!(after.record(&key(), old, Ok(()), now()), Recorded::Stale);
+    assert_eq!(after.version_of(&key()), Some(new));
+}
+
+#[test]
+fn fail_now_supersedes_an_apply_in_flight() {
+    let mut tracker = ErrorTracker::new(1);
+    let v1 = tracker.begin(&key());
+    tracker.fail_now(&key(), &ApplyError::kubernetes("namespace refused"), now());
+    assert_eq!(tracker.record(&key(), v1, Ok(()), now()), Recorded::Stale);
+    assert_eq!(tracker.pending()[0].2.error_type, ErrorType::Kubernetes);
+}
+
+#[test]
+fn messages_are_capped_on_a_char_boundary() {
+    let long = "é".repeat(MAX_MESSAGE_BYTES);
+    let capped = cap_message(&long);
+    assert!(capped.len() <= MAX_MESSAGE_BYTES);
+    assert!(capped.ends_with("(truncated)"));
+    assert_eq!(cap_message("short"), "short");
+}
+
+#[test]
+fn version_text_round_trips() {
+    let v = ApplyVersion { epoch: 3, sequence: 17 };
+    assert_eq!(v.to_string().parse::<ApplyVersion>(), Ok(v));
+    assert!("3".parse::<ApplyVersion>().is_err());
+}
+
+#[test]
+fn a_retry_clears_the_failure_it_retried_and_a_repeated_failure_changes_nothing() {
+    let mut tracker = ErrorTracker::new(1);
+    let v = tracker.begin(&key());
+    assert_eq!(tracker.record(&key(), v, fail("webhook timed out"), now()), Recorded::Failed);
+    let retried = tracker.retryable(&key()).expect("retryable");
+    assert_eq!(retried, Some(v));
+    assert_eq!(tracker.record_retry(&key(), retried, fail("webhook timed out"), now()), Recorded::StillFailing);
+    assert_eq!(tracker.version_of(&key()), Some(v), "the pending error is as it was");
+    assert_eq!(tracker.record_retry(&key(), retried, fail("quota exceeded"), now()), Recorded::Failed);
+    let newer = tracker.retryable(&key()).expect("retryable");
+    assert_ne!(newer, Some(v), "a new message is a new pending error");
+    assert_eq!(tracker.record_retry(&key(), retried, Ok(()), now()), Recorded::Stale, "the old retry is stale");
+    assert!(tracker.acknowledge(&key(), newer.expect("version")));
+    assert_eq!(tracker.retryable(&key()), Some(None), "shown");
+    assert_eq!(tracker.record_retry(&key(), None, Ok(()), now()), Recorded::Recovered);
+    assert_eq!(tracker.retryable(&key()), None);
+}
+
+#[test]
+fn a_newer_apply_supersedes_a_retry() {
+    let mut tracker = ErrorTracker::new(1);
+    let v = tracker.begin(&key());
+    tracker.record(&key(), v, fail("boom"), now());
+    let retried = tracker.retryable(&key());
+    let newer = tracker.begin(&key());
+    assert_eq!(tracker.retryable(&key()), None, "in flight");
+    assert_eq!(tracker.record_retry(&key(), retried.expect("retryable"), Ok(()), now()), Recorded::Stale);
+    assert_eq!(tracker.record(&key(), newer, Ok(()), now()), Recorded::Recovered);
+}
