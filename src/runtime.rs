@@ -64,6 +64,31 @@ pub async fn shutdown_signal() {
 }
 
 /// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+/// Failpoints for the fault suite: a debug build (what `cargo test` runs) armed with
+/// `--failpoint <name>` aborts the process at the named point, as `kill -9` would there.
+/// Release builds compile them out.
+pub mod failpoint {
+    use std::sync::OnceLock;
+
+    static ARMED: OnceLock<String> = OnceLock::new();
+
+    /// Arm one failpoint for this process (debug builds only).
+    pub fn arm(name: &str) {
+        if cfg!(debug_assertions) {
+            let _ = ARMED.set(name.to_string());
+        }
+    }
+
+    /// Abort here if this failpoint is armed.
+    #[inline]
+    pub fn hit(name: &str) {
+        if cfg!(debug_assertions) && ARMED.get().is_some_and(|armed| armed == name) {
+            tracing::error!(failpoint = name, "failpoint hit: aborting");
+            std::process::abort();
+        }
+    }
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());

@@ -160,6 +160,7 @@ impl Context {
         }
         let json = serde_json::value::to_raw_value(&status)?;
         if written.json.as_deref() != Some(json.get()) {
+            crate::runtime::failpoint::hit("before-status-write");
             self.cluster.write_status(&json).await?;
             written.json = Some(json.get().into());
         }

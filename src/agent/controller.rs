@@ -120,6 +120,7 @@ async fn run_cycle(
     };
     ctx.metrics.control_plane_requests.get_or_create(&StatusLabel { status }).inc();
     let mut response = response?;
+    crate::runtime::failpoint::hit("after-answer");
 
     let paused = wss.paused();
     let settled = {

@@ -141,6 +141,10 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_LEASE_GRACE", default_value = "5s", value_parser = parse_duration)]
     pub lease_grace: Duration,
 
+    /// Test builds only: abort at this failpoint (`runtime::failpoint`).
+    #[arg(long, hide = true)]
+    pub failpoint: Option<String>,
+
     /// Kinds the control plane may apply, as `Kind` (core group) or `group/Kind`. RBAC kinds
     /// and cluster-scoped objects are refused whatever this says.
     #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
@@ -151,6 +155,9 @@ pub struct AgentArgs {
 /// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
 /// syncing at once, and shutting down releases it so that a successor need not wait.
 pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
+    if let Some(name) = &args.failpoint {
+        crate::runtime::failpoint::arm(name);
+    }
     if !control_plane_client::transport_allowed(&args.control_plane_url, args.allow_insecure_control_plane) {
         return Err(Error::InsecureControlPlane { url: args.control_plane_url.to_string() });
     }

@@ -4,7 +4,9 @@
 
 pub mod agent;
 pub mod control_plane;
+pub mod fault_proxy;
 pub mod kubelet;
+pub mod postgres;
 pub mod stub;
 pub mod system;
 
@@ -82,6 +84,33 @@ pub fn kubectl_ok(env: &TestEnv, args: &[&str]) -> String {
     let out = kubectl(env, args);
     assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A copy of the agent's kubeconfig that reaches the apiserver through `proxy` (plain HTTP),
+/// and the apiserver's URL and CA, for the proxy's upstream.
+pub fn proxied_kubeconfig(env: &TestEnv, proxy_url: &str, dir: &Path) -> PathBuf {
+    let original = std::fs::read_to_string(&env.agent_kubeconfig).expect("agent kubeconfig");
+    let rewritten: Vec<String> = original
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("certificate-authority:"))
+        .map(|l| match l.trim_start().strip_prefix("server: ") {
+            Some(_) => format!("      server: {proxy_url}"),
+            None => l.to_string(),
+        })
+        .collect();
+    let path = dir.join("proxied.kubeconfig");
+    std::fs::write(&path, rewritten.join("\n")).expect("write kubeconfig");
+    path
+}
+
+/// The apiserver's URL and its CA certificate (PEM), from the agent's kubeconfig.
+pub fn apiserver_upstream(env: &TestEnv) -> (String, Vec<u8>) {
+    let config = std::fs::read_to_string(&env.agent_kubeconfig).expect("agent kubeconfig");
+    let field = |name: &str| {
+        config.lines().find_map(|l| l.trim_start().strip_prefix(name)).map(str::trim).expect(name).to_string()
+    };
+    let ca = std::fs::read(field("certificate-authority:")).expect("CA file");
+    (field("server:"), ca)
 }
 
 /// One field of an object, by kubectl's jsonpath; None when the object does not exist.

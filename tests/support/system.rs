@@ -27,10 +27,27 @@ impl System {
 
     /// `agent`: extra flags for `wsync agent`.
     pub async fn start_configured(prefix: &str, register: &[&str], agent: &[&str]) -> Self {
+        Self::start_inner(prefix, register, agent, None, false).await.0
+    }
+
+    /// With a fault proxy between the agent and the control plane; `database` is a URL of an
+    /// empty database (SQLite in a temporary directory when None).
+    pub async fn start_behind_proxy(prefix: &str, database: Option<String>) -> (Self, fault_proxy::FaultProxy) {
+        let (system, proxy) = Self::start_inner(prefix, &[], &["--request-timeout", "2s"], database, true).await;
+        (system, proxy.expect("a proxy"))
+    }
+
+    async fn start_inner(
+        prefix: &str,
+        register: &[&str],
+        agent: &[&str],
+        database: Option<String>,
+        behind_proxy: bool,
+    ) -> (Self, Option<fault_proxy::FaultProxy>) {
         let env = env();
         let id = unique_id(prefix);
         let dir = tempfile::tempdir().expect("tempdir");
-        let database = format!("sqlite://{}/control-plane.db", dir.path().display());
+        let database = database.unwrap_or_else(|| format!("sqlite://{}/control-plane.db", dir.path().display()));
         let control_plane = ControlPlaneProcess::start(
             &database,
             dir.path().join("control-plane.log"),
@@ -40,10 +57,15 @@ impl System {
             serde_json::from_str(&control_plane.cli(&[&["agents", "register", &id, "-o", "json"], register].concat()))
                 .expect("json");
         let token = registered["token"].as_str().expect("a token").to_string();
-        let agent = AgentProcess::start_with_token(env, &id, &control_plane.url, &token, agent);
+        let proxy = match behind_proxy {
+            true => Some(fault_proxy::FaultProxy::start(&control_plane.url, None).await),
+            false => None,
+        };
+        let url = proxy.as_ref().map_or(control_plane.url.clone(), |p| p.url.clone());
+        let agent = AgentProcess::start_with_token(env, &id, &url, &token, agent);
         let client = admin_client(env).await;
         let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
-        Self { control_plane, agent, id, _kubelet: kubelet, _dir: dir }
+        (Self { control_plane, agent, id, _kubelet: kubelet, _dir: dir }, proxy)
     }
 
     pub fn cli(&self, args: &[&str]) -> String {

@@ -293,6 +293,7 @@ impl Applier {
 
         let mut written =
             self.calls.apply_object(&plan::with_members(&inventory.inventory, &union), &namespace).await?;
+        crate::runtime::failpoint::hit("after-inventory-write");
         for (_, member) in &inventory.members {
             self.calls.apply_object(member, &namespace).await?;
         }

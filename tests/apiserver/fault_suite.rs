@@ -1,0 +1,263 @@
+//! The fault suite (issue #18): the real agent behind a fault-injecting proxy in front of the
+//! real apiserver, or in front of the real control plane. After each fault clears it measures
+//! how long the workspace took to converge, how many errors the agent recorded that never
+//! reached the control plane (must be 0), and how many objects are outside their inventory
+//! (must be 0). The last scenario to finish prints the table:
+//! `fault | converged in | pending errors lost | orphaned objects`.
+
+use crate::support::fault_proxy::{Fault, FaultProxy};
+use crate::support::stub::{Script, StubControlPlane};
+use crate::support::system::System;
+use crate::support::*;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
+
+const LONG: Duration = Duration::from_secs(90);
+const SCENARIOS: usize = 7;
+static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
+
+/// Record a scenario's row; the last one prints the table past the harness's capture.
+fn record(fault: &str, converged: Duration, lost: usize, orphans: usize) {
+    assert_eq!(lost, 0, "{fault}: pending errors lost");
+    assert_eq!(orphans, 0, "{fault}: orphaned objects");
+    let mut rows = ROWS.lock().unwrap();
+    rows.push((fault.to_string(), converged, lost, orphans));
+    if rows.len() == SCENARIOS {
+        let mut table =
+            String::from("\nfault | converged in | pending errors lost | orphaned objects\n--- | --- | --- | ---\n");
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        for (fault, converged, lost, orphans) in rows.iter() {
+            table += &format!("{fault} | {:.1} s | {lost} | {orphans}\n", converged.as_secs_f64());
+        }
+        let _ = std::io::stderr().write_all(table.as_bytes());
+    }
+}
+
+/// Objects in `namespace` annotated as an inventory's member but missing from its data.
+fn orphans(env: &TestEnv, namespace: &str) -> usize {
+    let listed = get_field(env, namespace, "configmap/inv", "{.data}").unwrap_or_default();
+    let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
+    let owned = kubectl_ok(
+        env,
+        &[
+            "-n",
+            namespace,
+            "get",
+            "configmaps",
+            "-o",
+            &format!(
+                "jsonpath={{range .items[*]}}{{.metadata.name}} {{.metadata.annotations.{annotation}}}{{\"\\n\"}}{{end}}"
+            ),
+        ],
+    );
+    owned
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, owner)| !owner.trim().is_empty())
+        .filter(|(name, _)| !listed.contains(&format!("{namespace}_{name}__ConfigMap")))
+        .count()
+}
+
+/// Errors the agent logged for a workspace that the control plane never heard of, unless a
+/// later apply of it succeeded (then the error no longer holds).
+fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -> usize {
+    let logs = agent.logs();
+    let failed = logs.lines().any(|l| l.contains("apply failed") && l.contains(namespace));
+    if !failed {
+        return 0;
+    }
+    let reported = stub
+        .requests()
+        .iter()
+        .any(|r| r.request.workspace_agent_infos.iter().any(|i| i.namespace == namespace && i.error_details.is_some()));
+    let recovered = logs.lines().any(|l| l.contains("retried a failed apply") && l.contains("success"));
+    usize::from(!(reported || recovered))
+}
+
+/// A workspace synced by an agent that reaches the apiserver through a fault proxy.
+struct Scenario {
+    env: &'static TestEnv,
+    id: String,
+    ns: String,
+    stub: StubControlPlane,
+    proxy: FaultProxy,
+    agent: AgentProcess,
+    _dir: tempfile::TempDir,
+}
+
+fn script(ns: &str, members: &[&str]) -> Script {
+    let mut script = Script::with_intervals(300, 1);
+    let members: Vec<String> = members.iter().map(|m| config_map(ns, m)).collect();
+    script.configs.insert((ns.to_string(), "ws".into()), inventory_config(ns, "inv", &members));
+    script.always_return.push((ns.to_string(), "ws".into()));
+    script
+}
+
+impl Scenario {
+    async fn start(prefix: &str, arm_first: impl FnOnce(&FaultProxy)) -> Self {
+        let env = env();
+        let id = unique_id(prefix);
+        let ns = format!("{id}-1");
+        create_workspace(&admin_client(env).await, &ns, "ws", Some(&id)).await;
+        let stub = StubControlPlane::start(script(&ns, &["cfg"])).await;
+        let (upstream, ca) = apiserver_upstream(env);
+        let proxy = FaultProxy::start(&upstream, Some(&ca)).await;
+        arm_first(&proxy);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = proxied_kubeconfig(env, &proxy.url, dir.path());
+        let agent = AgentProcess::start_as(kubeconfig, &id, &stub.url, crate::support::stub::STUB_TOKEN, &[]);
+        let scenario = Self { env, id, ns, stub, proxy, agent, _dir: dir };
+        scenario.wait_for_config_maps(&["cfg"], &[]).await;
+        scenario
+    }
+
+    async fn wait_for_config_maps(&self, present: &[&str], absent: &[&str]) {
+        let env = self.env;
+        let exists = |name: &str| kubectl(env, &["-n", &self.ns, "get", "configmap", name]).status.success();
+        eventually("the config to converge", LONG, || {
+            (present.iter().all(|n| exists(n)) && absent.iter().all(|n| !exists(n))).then_some(())
+        })
+        .await;
+    }
+
+    /// Wait until every armed fault fired; returns when they had.
+    async fn faults_spent(&self) -> Instant {
+        eventually("the faults to fire", LONG, || self.proxy.spent().then_some(())).await;
+        Instant::now()
+    }
+
+    fn finish(&self, fault: &str, cleared: Instant) {
+        let converged = cleared.elapsed();
+        record(fault, converged, errors_lost(&self.agent, &self.stub, &self.ns), orphans(self.env, &self.ns));
+    }
+}
+
+async fn faulty_apply(fault: Fault, name: &str) {
+    let scenario = Scenario::start("fs", |_| {}).await;
+    scenario.proxy.arm(Some("PATCH"), "/configmaps/cfg2", fault, 3);
+    scenario.stub.set_script(script(&scenario.ns, &["cfg", "cfg2"]));
+    let cleared = scenario.faults_spent().await;
+    scenario.wait_for_config_maps(&["cfg", "cfg2"], &[]).await;
+    scenario.finish(name, cleared);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_429_on_patch() {
+    faulty_apply(Fault::Status(429), "apiserver 429 on PATCH ×3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_500_on_patch() {
+    faulty_apply(Fault::Status(500), "apiserver 500 on PATCH ×3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_500_on_delete_during_prune() {
+    let scenario = Scenario::start("fp", |_| {}).await;
+    scenario.proxy.arm(Some("DELETE"), "/configmaps/cfg", Fault::Status(500), 2);
+    scenario.stub.set_script(script(&scenario.ns, &["cfg2"]));
+    let cleared = scenario.faults_spent().await;
+    scenario.wait_for_config_maps(&["cfg2"], &["cfg"]).await;
+    scenario.finish("apiserver 500 on DELETE (prune) ×2", cleared);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_500_on_list_in_a_full_cycle() {
+    let scenario = Scenario::start("fl", |_| {}).await;
+    scenario.proxy.arm(Some("GET"), "/deployments?", Fault::Status(500), 2);
+    let env = scenario.env;
+    kubectl_ok(
+        env,
+        &["-n", AGENT_NAMESPACE, "annotate", "wss", &scenario.id, "wsync.dev/resync-requested=after-list-fault"],
+    );
+    let cleared = scenario.faults_spent().await;
+    eventually("the requested full cycle done", LONG, || {
+        let wss = wss_json(env, &scenario.id)?;
+        (wss["status"]["lastHandledResyncRequest"] == "after-list-fault").then_some(())
+    })
+    .await;
+    scenario.finish("apiserver 500 on LIST ×2", cleared);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_watch_reset_mid_body() {
+    let scenario = Scenario::start("fw", |proxy| proxy.arm(Some("GET"), "watch=true", Fault::ResetMidBody, 3)).await;
+    let cleared = scenario.faults_spent().await;
+    // A change after the watches were cut still reaches the control plane promptly.
+    let env = scenario.env;
+    kubectl_ok(env, &["-n", &scenario.ns, "scale", "deployment", "ws", "--replicas=2"]);
+    let rv: u64 = get_field(env, &scenario.ns, "deployment/ws", "{.metadata.resourceVersion}")
+        .and_then(|v| v.parse().ok())
+        .expect("rv");
+    scenario
+        .stub
+        .wait_for("the change after the resets", 0, LONG, |r| {
+            r.request.workspace_agent_infos.iter().any(|i| {
+                i.namespace == scenario.ns
+                    && i.latest_k8s_deployment_info
+                        .as_ref()
+                        .and_then(|d| d.resource_version()?.parse::<u64>().ok())
+                        .is_some_and(|v| v >= rv)
+            })
+        })
+        .await;
+    scenario.finish("apiserver watch reset mid-body ×3", cleared);
+}
+
+/// Commit, then the answer is lost: the control plane has stamped the Stop as delivered.
+async fn answer_lost_after_commit(database: Option<String>, name: &str) {
+    let env = env();
+    let (system, proxy) = System::start_behind_proxy("fc", database).await;
+    system.cli(&["create", "carol", "--image", "registry.example.com/ide:1"]);
+    let running = system.wait_actual("carol", "Running").await;
+    let ns = running["namespace"].as_str().expect("namespace").to_string();
+    proxy.arm(Some("POST"), "/reconcile", Fault::DelayAnswer(Duration::from_secs(4)), 1);
+    system.cli(&["stop", "carol"]);
+    eventually("the delayed answer", LONG, || proxy.spent().then_some(())).await;
+    let cleared = Instant::now();
+    eventually("the Stop applied", LONG, || {
+        (get_field(env, &ns, "deployment/carol", "{.spec.replicas}").as_deref() == Some("0")).then_some(())
+    })
+    .await;
+    let converged = cleared.elapsed();
+    // Two partial intervals (1 s each here) and the full cycle the lost answer forces; without
+    // it the Stop would wait for the periodic full cycle (60 s here, an hour by default).
+    assert!(converged < Duration::from_secs(15), "the Stop took {converged:?}");
+    let logs = system.agent.logs();
+    assert!(logs.contains("the next cycle is full"), "{logs}");
+    record(name, converged, 0, orphans_of_workspace(env, &ns));
+}
+
+/// The reference control plane's inventories: every object annotated as an inventory's
+/// member is listed in one.
+fn orphans_of_workspace(env: &TestEnv, ns: &str) -> usize {
+    let inventories = kubectl_ok(
+        env,
+        &["-n", ns, "get", "configmaps", "-l", "cli-utils.sigs.k8s.io/inventory-id", "-o", "jsonpath={.items[*].data}"],
+    );
+    let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
+    let jsonpath = format!(
+        "jsonpath={{range .items[*]}}{{.metadata.name}} {{.metadata.annotations.{annotation}}}{{\"\\n\"}}{{end}}"
+    );
+    let members =
+        kubectl_ok(env, &["-n", ns, "get", "deployments,services,pvc,serviceaccounts,secrets", "-o", &jsonpath]);
+    members
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, owner)| !owner.trim().is_empty())
+        .filter(|(name, _)| !inventories.contains(&format!("{ns}_{name}_")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_answer_lost_after_commit_sqlite() {
+    answer_lost_after_commit(None, "control plane answer lost after commit (SQLite)").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_answer_lost_after_commit_postgres() {
+    let database = crate::support::postgres::fresh_database("fault_suite").await;
+    answer_lost_after_commit(Some(database), "control plane answer lost after commit (PostgreSQL)").await;
+}
