@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 7;
+const SCENARIOS: usize = 11;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.
-fn record(fault: &str, converged: Duration, lost: usize, orphans: usize) {
+pub fn record(fault: &str, converged: Duration, lost: usize, orphans: usize) {
     assert_eq!(lost, 0, "{fault}: pending errors lost");
     assert_eq!(orphans, 0, "{fault}: orphaned objects");
     let mut rows = ROWS.lock().unwrap();
@@ -36,7 +36,7 @@ fn record(fault: &str, converged: Duration, lost: usize, orphans: usize) {
 }
 
 /// Objects in `namespace` annotated as an inventory's member but missing from its data.
-fn orphans(env: &TestEnv, namespace: &str) -> usize {
+pub fn orphans(env: &TestEnv, namespace: &str) -> usize {
     let listed = get_field(env, namespace, "configmap/inv", "{.data}").unwrap_or_default();
     let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
     let owned = kubectl_ok(
@@ -62,7 +62,7 @@ fn orphans(env: &TestEnv, namespace: &str) -> usize {
 
 /// Errors the agent logged for a workspace that the control plane never heard of, unless a
 /// later apply of it succeeded (then the error no longer holds).
-fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -> usize {
+pub fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -> usize {
     let logs = agent.logs();
     let failed = logs.lines().any(|l| l.contains("apply failed") && l.contains(namespace));
     if !failed {
@@ -77,17 +77,17 @@ fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -
 }
 
 /// A workspace synced by an agent that reaches the apiserver through a fault proxy.
-struct Scenario {
-    env: &'static TestEnv,
-    id: String,
-    ns: String,
-    stub: StubControlPlane,
-    proxy: FaultProxy,
-    agent: AgentProcess,
+pub struct Scenario {
+    pub env: &'static TestEnv,
+    pub id: String,
+    pub ns: String,
+    pub stub: StubControlPlane,
+    pub proxy: FaultProxy,
+    pub agent: AgentProcess,
     _dir: tempfile::TempDir,
 }
 
-fn script(ns: &str, members: &[&str]) -> Script {
+pub fn script(ns: &str, members: &[&str]) -> Script {
     let mut script = Script::with_intervals(300, 1);
     let members: Vec<String> = members.iter().map(|m| config_map(ns, m)).collect();
     script.configs.insert((ns.to_string(), "ws".into()), inventory_config(ns, "inv", &members));
@@ -97,6 +97,18 @@ fn script(ns: &str, members: &[&str]) -> Script {
 
 impl Scenario {
     async fn start(prefix: &str, arm_first: impl FnOnce(&FaultProxy)) -> Self {
+        let scenario = Self::start_with(prefix, script, &[], arm_first).await;
+        scenario.wait_for_config_maps(&["cfg"], &[]).await;
+        scenario
+    }
+
+    /// Not waiting for anything: `flags` may arm a failpoint that stops the agent first.
+    pub async fn start_with(
+        prefix: &str,
+        script: impl FnOnce(&str, &[&str]) -> Script,
+        flags: &[&str],
+        arm_first: impl FnOnce(&FaultProxy),
+    ) -> Self {
         let env = env();
         let id = unique_id(prefix);
         let ns = format!("{id}-1");
@@ -107,13 +119,11 @@ impl Scenario {
         arm_first(&proxy);
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = proxied_kubeconfig(env, &proxy.url, dir.path());
-        let agent = AgentProcess::start_as(kubeconfig, &id, &stub.url, crate::support::stub::STUB_TOKEN, &[]);
-        let scenario = Self { env, id, ns, stub, proxy, agent, _dir: dir };
-        scenario.wait_for_config_maps(&["cfg"], &[]).await;
-        scenario
+        let agent = AgentProcess::start_as(kubeconfig, &id, &stub.url, crate::support::stub::STUB_TOKEN, flags);
+        Self { env, id, ns, stub, proxy, agent, _dir: dir }
     }
 
-    async fn wait_for_config_maps(&self, present: &[&str], absent: &[&str]) {
+    pub async fn wait_for_config_maps(&self, present: &[&str], absent: &[&str]) {
         let env = self.env;
         let exists = |name: &str| kubectl(env, &["-n", &self.ns, "get", "configmap", name]).status.success();
         eventually("the config to converge", LONG, || {
@@ -128,7 +138,7 @@ impl Scenario {
         Instant::now()
     }
 
-    fn finish(&self, fault: &str, cleared: Instant) {
+    pub fn finish(&self, fault: &str, cleared: Instant) {
         let converged = cleared.elapsed();
         record(fault, converged, errors_lost(&self.agent, &self.stub, &self.ns), orphans(self.env, &self.ns));
     }
@@ -232,7 +242,7 @@ async fn answer_lost_after_commit(database: Option<String>, name: &str) {
 
 /// The reference control plane's inventories: every object annotated as an inventory's
 /// member is listed in one.
-fn orphans_of_workspace(env: &TestEnv, ns: &str) -> usize {
+pub fn orphans_of_workspace(env: &TestEnv, ns: &str) -> usize {
     let inventories = kubectl_ok(
         env,
         &["-n", ns, "get", "configmaps", "-l", "cli-utils.sigs.k8s.io/inventory-id", "-o", "jsonpath={.items[*].data}"],

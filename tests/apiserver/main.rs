@@ -9,6 +9,7 @@ mod support;
 
 mod applier;
 mod end_to_end;
+mod fault_kills;
 mod fault_suite;
 mod faults;
 mod hostile;

@@ -11,6 +11,8 @@ pub struct System {
     pub control_plane: ControlPlaneProcess,
     pub agent: AgentProcess,
     pub id: String,
+    /// The control plane's database URL.
+    pub database: String,
     _kubelet: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -65,7 +67,7 @@ impl System {
         let agent = AgentProcess::start_with_token(env, &id, &url, &token, agent);
         let client = admin_client(env).await;
         let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
-        (Self { control_plane, agent, id, _kubelet: kubelet, _dir: dir }, proxy)
+        (Self { control_plane, agent, id, database, _kubelet: kubelet, _dir: dir }, proxy)
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
