@@ -93,9 +93,23 @@ pub enum WorkspacesCommand {
         #[arg(long = "env")]
         env: Vec<String>,
     },
-    List,
+    List {
+        /// The orphans instead: workspaces the agent reports that the control plane does not know.
+        #[arg(long)]
+        orphans: bool,
+    },
     Get {
         name: String,
+    },
+    /// Make an orphan (`namespace/name`) a workspace, Running, with the image it runs.
+    Adopt {
+        orphan: String,
+        #[arg(long)]
+        image: String,
+    },
+    /// Terminate an orphan (`namespace/name`): the agent deletes its namespace.
+    TerminateOrphan {
+        orphan: String,
     },
     Start {
         name: String,
@@ -190,7 +204,20 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
             let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env });
             (reqwest::Method::POST, base.clone(), Some(body))
         }
-        WorkspacesCommand::List => (reqwest::Method::GET, base.clone(), None),
+        WorkspacesCommand::List { orphans: false } => (reqwest::Method::GET, base.clone(), None),
+        WorkspacesCommand::List { orphans: true } => {
+            return orphans(
+                server,
+                &call(server, reqwest::Method::GET, &format!("api/v1/agents/{agent}/orphans"), None).await?,
+            );
+        }
+        WorkspacesCommand::Adopt { orphan, image } => {
+            let path = format!("api/v1/agents/{agent}/orphans/{}/adopt", orphan_path(orphan)?);
+            (reqwest::Method::POST, path, Some(serde_json::json!({ "image": image })))
+        }
+        WorkspacesCommand::TerminateOrphan { orphan } => {
+            (reqwest::Method::POST, format!("api/v1/agents/{agent}/orphans/{}/terminate", orphan_path(orphan)?), None)
+        }
         WorkspacesCommand::Get { name } => (reqwest::Method::GET, format!("{base}/{name}"), None),
         WorkspacesCommand::Start { name } => (reqwest::Method::POST, format!("{base}/{name}/start"), None),
         WorkspacesCommand::Stop { name } => (reqwest::Method::POST, format!("{base}/{name}/stop"), None),
@@ -208,6 +235,31 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
     }
     .map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
     print!("{}", table(&list, now_ms()));
+    Ok(())
+}
+
+/// `namespace/name`, checked, as a URL path.
+fn orphan_path(orphan: &str) -> Result<String> {
+    match orphan.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(format!("{namespace}/{name}"))
+        }
+        _ => Err(Error::Usage { flag: "orphan", value: orphan.to_string(), form: "namespace/name" }),
+    }
+}
+
+fn orphans(server: &ServerArgs, answer: &Value) -> Result<()> {
+    if server.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(answer).unwrap_or_default());
+        return Ok(());
+    }
+    let list: Vec<crate::control_plane::model::Orphan> =
+        serde_json::from_value(answer.clone()).map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
+    let now = now_ms();
+    println!("{:<30} {:<40} LAST REPORT", "ORPHAN", "NAMESPACE");
+    for o in list {
+        println!("{:<30} {:<40} {}s ago", o.name, o.namespace, (now - o.last_seen).max(0) / 1000);
+    }
     Ok(())
 }
 

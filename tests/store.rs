@@ -103,10 +103,13 @@ async fn suite(store: Store) {
     assert_eq!(answer.workspace_rails_infos[0].desired_state, DesiredState::Stopped);
     assert!(answer.workspace_rails_infos[0].config_to_apply.contains("replicas: 0"));
 
-    // An agent sees only its own workspaces; reports about others are ignored.
+    // An agent sees only its own workspaces: a report about another's is that agent's orphan,
+    // acknowledged without config, and the owner's workspace is untouched.
     let answer =
         store.reconcile(&other, request(UpdateType::Full, vec![report(&ns, "ws")]), &pipeline()).await.unwrap();
-    assert!(answer.workspace_rails_infos.is_empty());
+    assert!(answer.workspace_rails_infos.iter().all(|i| i.config_to_apply.is_empty()));
+    assert_eq!(store.workspace("a1", "ws").await.unwrap().expect("ws").desired_state, DesiredState::Stopped);
+    assert!(store.workspace(&other.id, "ws").await.unwrap().is_none());
 
     // Terminated is final; once the agent reports it Terminated, a full leaves it out.
     store.set_desired("a1", "ws", DesiredState::Terminated).await.unwrap();
@@ -118,6 +121,50 @@ async fn suite(store: Store) {
     assert!(answer.workspace_rails_infos.is_empty());
 
     concurrent_reconciles_of_one_agent_all_succeed(&store, &other).await;
+    orphans_are_recorded_acknowledged_and_settled_by_an_operator(&store).await;
+}
+
+/// A control plane restored from an old backup: a workspace the agent reports is an orphan,
+/// recorded with its first sighting, acknowledged (so an idle cycle is `[]` again), never sent
+/// config, and gone only when an operator adopts or terminates it.
+async fn orphans_are_recorded_acknowledged_and_settled_by_an_operator(store: &Store) {
+    let token = store.create_agent("o1", &[]).await.unwrap();
+    let agent = store.agent_by_token(&token).await.unwrap().expect("agent");
+    let mut seen = report("old-ns", "old");
+    seen.latest_k8s_deployment_info = Some(running_deployment("old", "41").into());
+    let answer = store.reconcile(&agent, request(UpdateType::Full, vec![seen.clone()]), &pipeline()).await.unwrap();
+    let info = answer.workspace_rails_infos.iter().find(|i| i.name == "old").expect("acknowledged");
+    assert_eq!(info.deployment_resource_version.as_deref(), Some("41"));
+    assert!(info.config_to_apply.is_empty() && info.desired_state != DesiredState::Terminated);
+    let first = store.orphans("o1").await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!((first[0].namespace.as_str(), first[0].name.as_str()), ("old-ns", "old"));
+    seen.latest_k8s_deployment_info = Some(running_deployment("old", "42").into());
+    store.reconcile(&agent, request(UpdateType::Partial, vec![seen]), &pipeline()).await.unwrap();
+    let again = store.orphans("o1").await.unwrap();
+    assert_eq!(again[0].first_seen, first[0].first_seen, "the first sighting is kept");
+    assert_eq!(again[0].deployment_resource_version.as_deref(), Some("42"));
+
+    use wsync::control_plane::model::OrphanFate;
+    let adopted = store
+        .settle_orphan("o1", "old-ns", "old", OrphanFate::Adopt { image: "ide:1".into() })
+        .await
+        .unwrap()
+        .expect("adopted");
+    assert_eq!((adopted.namespace.as_str(), adopted.image.as_str()), ("old-ns", "ide:1"));
+    assert_eq!(adopted.desired_state, DesiredState::Running);
+    assert_eq!(adopted.actual_state, ActualState::Running, "adopted with the state it was last reported in");
+    assert_eq!(adopted.deployment_resource_version.as_deref(), Some("42"));
+    assert!(store.orphans("o1").await.unwrap().is_empty());
+    assert!(store.settle_orphan("o1", "old-ns", "old", OrphanFate::Terminate).await.unwrap().is_none());
+
+    store.reconcile(&agent, request(UpdateType::Full, vec![report("other-ns", "stray")]), &pipeline()).await.unwrap();
+    let terminated =
+        store.settle_orphan("o1", "other-ns", "stray", OrphanFate::Terminate).await.unwrap().expect("terminated");
+    assert_eq!(terminated.desired_state, DesiredState::Terminated);
+    let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
+    let stray = answer.workspace_rails_infos.iter().find(|i| i.name == "stray").expect("returned to terminate");
+    assert_eq!(stray.desired_state, DesiredState::Terminated);
 }
 
 /// Two replicas may overlap for a moment: their reconciles wait for each other, and none fails

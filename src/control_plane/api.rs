@@ -1,7 +1,7 @@
 //! HTTP: the agent-facing protocol endpoints, the JSON API for agents and workspaces, and the
 //! server-rendered web page.
 
-use super::model::{Agent, NewWorkspace, Workspace, now_ms};
+use super::model::{Agent, NewWorkspace, OrphanFate, Workspace, now_ms};
 use super::pipeline::{self, PipelineConfig};
 use super::store::{Store, StoreError};
 use super::ui;
@@ -35,7 +35,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
+        .route("/api/v1/agents/{agent}/orphans", get(list_orphans))
+        .route("/api/v1/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
         .route("/agents/{agent}", get(agent_page))
+        .route("/agents/{agent}/orphans/{namespace}/{name}/{action}", post(page_orphan_action))
         .route("/agents/{agent}/workspaces/{name}/{action}", post(page_action))
         .route("/healthz", get(healthz))
         .with_state(state)
@@ -271,7 +274,58 @@ async fn workspace_action(
 async fn agent_page(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
     known_agent(&state, &headers, &agent).await?;
     let workspaces = state.store.workspaces(&agent).await?;
-    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, now_ms())).into_response())
+    let orphans = state.store.orphans(&agent).await?;
+    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, &orphans, now_ms())).into_response())
+}
+
+async fn list_orphans(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
+    known_agent(&state, &headers, &agent).await?;
+    Ok(Json(state.store.orphans(&agent).await?).into_response())
+}
+
+#[derive(serde::Deserialize, Default)]
+struct Adoption {
+    #[serde(default)]
+    image: String,
+}
+
+/// `adopt` (with the image it runs, which the agent's report does not carry) or `terminate`.
+async fn settle_orphan(
+    state: &AppState,
+    headers: &HeaderMap,
+    (agent, namespace, name, action): (String, String, String, String),
+    image: String,
+) -> Result<Workspace, ApiError> {
+    known_agent(state, headers, &agent).await?;
+    let fate = match action.as_str() {
+        "adopt" if image.trim().is_empty() => return Err(bad_request("adopting needs the image the workspace runs")),
+        "adopt" => OrphanFate::Adopt { image: image.trim().to_string() },
+        "terminate" => OrphanFate::Terminate,
+        _ => return Err(not_found(format!("unknown action {action:?}; use adopt or terminate"))),
+    };
+    let workspace = state.store.settle_orphan(&agent, &namespace, &name, fate).await?;
+    workspace.ok_or_else(|| not_found(format!("no orphan {namespace}/{name} for agent {agent:?}")))
+}
+
+async fn orphan_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let adoption: Adoption = if body.is_empty() { Adoption::default() } else { parse(&body)? };
+    Ok(Json(settle_orphan(&state, &headers, target, adoption.image).await?).into_response())
+}
+
+async fn page_orphan_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String, String)>,
+    axum::extract::Form(adoption): axum::extract::Form<Adoption>,
+) -> ApiResult {
+    let agent = target.0.clone();
+    settle_orphan(&state, &headers, target, adoption.image).await?;
+    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
 }
 
 async fn page_action(

@@ -40,6 +40,28 @@ pub struct WorkspaceError {
     pub desired_state: DesiredState,
 }
 
+/// A workspace an agent reports that the control plane does not know: its database was
+/// restored from an old backup, say. Never sent config; adopted or terminated by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Orphan {
+    pub namespace: String,
+    pub name: String,
+    pub deployment_resource_version: Option<String>,
+    /// As its last report shows it: what it is adopted with.
+    pub actual_state: ActualState,
+    pub first_seen: i64,
+    pub last_seen: i64,
+}
+
+/// What an operator decides for an orphan.
+#[derive(Debug, Clone)]
+pub enum OrphanFate {
+    /// It becomes a workspace, Running, with this image and the state it was last reported in.
+    Adopt { image: String },
+    /// It becomes a workspace to terminate: the agent deletes its namespace.
+    Terminate,
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct NewWorkspace {
     pub name: String,

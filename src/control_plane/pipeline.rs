@@ -5,9 +5,11 @@
 //! commit.
 
 use super::config_builder::{self, WorkspaceSpec};
-use super::model::{Agent, Workspace, WorkspaceError, state_text};
+use super::model::{Agent, Orphan, Workspace, WorkspaceError, state_text};
 use super::rules::{self, Lifecycle, Selection};
-use crate::protocol::{ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo};
+use crate::protocol::{
+    ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
+};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 #[derive(Debug, Clone)]
@@ -68,6 +70,9 @@ pub struct Decision {
     pub response: ReconcileResponse,
     /// Indices into the workspaces handed to [`decide`], ascending.
     pub touched: Vec<usize>,
+    /// Reported workspaces this control plane does not know, to record (first and last seen
+    /// are both `now`; the store keeps the first).
+    pub orphans: Vec<Orphan>,
 }
 
 /// The whole reconcile over an agent's workspaces as loaded, without I/O: persist the reports,
@@ -84,9 +89,35 @@ pub fn decide(
         workspaces.iter().enumerate().map(|(i, w)| ((w.namespace.clone(), w.name.clone()), i)).collect();
     let mut reported = HashSet::new();
     let mut touched = BTreeSet::new();
+    let mut orphans = Vec::new();
+    let mut infos = Vec::new();
     for info in &request.workspace_agent_infos {
-        // Infos for workspaces this agent does not own are ignored, never returned.
-        let Some(&i) = index.get(&(info.namespace.clone(), info.name.clone())) else { continue };
+        // A workspace this control plane does not know is an orphan: recorded for the operator,
+        // and its version acknowledged so that the agent stops sending it. Never any config.
+        let Some(&i) = index.get(&(info.namespace.clone(), info.name.clone())) else {
+            let rv = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
+            if info.termination_progress.is_none() {
+                infos.push(WorkspaceRailsInfo {
+                    name: info.name.clone(),
+                    namespace: info.namespace.clone(),
+                    desired_state: DesiredState::Running,
+                    actual_state: ActualState::Unknown,
+                    deployment_resource_version: rv.clone(),
+                    config_to_apply: String::new(),
+                    image_pull_secrets: Vec::new(),
+                });
+                let deployment = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
+                orphans.push(Orphan {
+                    namespace: info.namespace.clone(),
+                    name: info.name.clone(),
+                    deployment_resource_version: rv,
+                    actual_state: rules::reported_state(info, deployment.as_ref()),
+                    first_seen: now,
+                    last_seen: now,
+                });
+            }
+            continue;
+        };
         apply_report(&mut workspaces[i], info, now);
         reported.insert(i);
         touched.insert(i);
@@ -107,7 +138,6 @@ pub fn decide(
         }
     }
 
-    let mut infos = Vec::new();
     for (i, workspace) in workspaces.iter_mut().enumerate() {
         let selection = Selection {
             desired: workspace.desired_state,
@@ -142,6 +172,7 @@ pub fn decide(
     Ok(Decision {
         response: ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) },
         touched: touched.into_iter().collect(),
+        orphans,
     })
 }
 

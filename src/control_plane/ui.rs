@@ -1,6 +1,6 @@
 //! The server-rendered page for one agent's workspaces. Every value is escaped.
 
-use super::model::{Workspace, state_text};
+use super::model::{Orphan, Workspace, state_text};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {
@@ -28,7 +28,34 @@ fn ago(now: i64, at: Option<i64>) -> String {
     }
 }
 
-pub fn agent_page(agent: &str, workspaces: &[Workspace], now: i64) -> String {
+/// The orphans section: workspaces the agent reports that this control plane does not know.
+fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64) -> String {
+    if orphans.is_empty() {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for o in orphans {
+        let (namespace, name) = (escape(&o.namespace), escape(&o.name));
+        let target = format!("/agents/{agent_html}/orphans/{namespace}/{name}");
+        let _ = writeln!(
+            rows,
+            "<tr><td>{name}</td><td>{namespace}</td><td>{}</td><td>{}</td><td class=\"actions\">\
+             <form method=\"post\" action=\"{target}/adopt\"><input name=\"image\" placeholder=\"image it runs\" required>\
+             <button type=\"submit\">Adopt</button></form>\
+             <form method=\"post\" action=\"{target}/terminate\"><button type=\"submit\">Terminate</button></form></td></tr>",
+            ago(now, Some(o.first_seen)),
+            ago(now, Some(o.last_seen)),
+        );
+    }
+    format!(
+        "<h2>Orphans</h2><p>The agent reports these workspaces, but this control plane does not know them \
+         (a database restored from an old backup?). They keep running, get no config, and go only when you say.</p>\
+         <table><thead><tr><th>Workspace</th><th>Namespace</th><th>First seen</th><th>Last seen</th><th></th></tr></thead>\
+         <tbody>\n{rows}</tbody></table>"
+    )
+}
+
+pub fn agent_page(agent: &str, workspaces: &[Workspace], orphans: &[Orphan], now: i64) -> String {
     let agent_html = escape(agent);
     let mut rows = String::new();
     for w in workspaces {
@@ -88,7 +115,8 @@ tr.details td{{border-bottom:2px solid #999}}.actions form{{display:inline}}\
 .stale{{color:#666;font-style:italic;margin:0}}</style></head>\
 <body><h1>Workspaces of agent {agent_html}</h1>\
 <table><thead><tr><th>Workspace</th><th>Namespace</th><th>Desired</th><th>Actual</th><th>Last report</th><th></th></tr></thead>\
-<tbody>\n{rows}</tbody></table></body></html>\n"
+<tbody>\n{rows}</tbody></table>{}</body></html>\n",
+        orphans_section(&agent_html, orphans, now)
     )
 }
 
@@ -102,6 +130,23 @@ mod tests {
             escape("<script>alert('x')</script> & \""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;"
         );
+    }
+
+    #[test]
+    fn orphans_are_shown_with_their_two_fates_and_escaped() {
+        let orphan = Orphan {
+            namespace: "old-ns".into(),
+            name: "<b>old</b>".into(),
+            deployment_resource_version: Some("7".into()),
+            actual_state: crate::protocol::ActualState::Running,
+            first_seen: 0,
+            last_seen: 60_000,
+        };
+        let page = agent_page("a1", &[], &[orphan], 120_000);
+        assert!(page.contains("<h2>Orphans</h2>"));
+        assert!(page.contains("/agents/a1/orphans/old-ns/&lt;b&gt;old&lt;/b&gt;/adopt"), "{page}");
+        assert!(page.contains("/terminate\"") && !page.contains("<b>old</b>"));
+        assert!(!agent_page("a1", &[], &[], 0).contains("Orphans"), "no section without orphans");
     }
 
     #[test]

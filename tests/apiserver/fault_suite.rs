@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 11;
+const SCENARIOS: usize = 12;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.

@@ -47,10 +47,16 @@ impl ControlPlaneProcess {
     }
 
     pub fn restart(&mut self) {
+        self.restart_after(|| {});
+    }
+
+    /// Stop, run `meanwhile` (restore the database from a backup, say), start again.
+    pub fn restart_after(&mut self, meanwhile: impl FnOnce()) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        meanwhile();
         self.spawn();
     }
 

@@ -3,6 +3,7 @@
 //! Pure data: loading from and rendering to the CRD status, with no I/O.
 
 use super::error_tracker::{ApplyVersion, ErrorTracker, Failure};
+pub use super::outcome::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::crd::{
     CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED,
@@ -23,27 +24,6 @@ pub const HEARTBEAT: SignedDuration = SignedDuration::from_secs(60);
 pub const STATUS_BUDGET_BYTES: usize = 900 * 1024;
 /// A pending error record without its workspace name and message, serialized.
 const PENDING_ERROR_RECORD_BYTES: usize = 120;
-
-/// Why the last cycle failed, or that it succeeded. Reasons are CamelCase, as Kubernetes
-/// conditions expect; the message is stable for a repeated failure, so it is not rewritten.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncOutcome {
-    pub ok: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-impl SyncOutcome {
-    pub fn starting() -> Self {
-        Self { ok: false, reason: "Starting".into(), message: "no sync cycle has completed yet".into() }
-    }
-    pub fn synced() -> Self {
-        Self { ok: true, reason: "Synced".into(), message: "the last sync cycle succeeded".into() }
-    }
-    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
-        Self { ok: false, reason: reason.into(), message: message.into() }
-    }
-}
 
 /// See `Ledger::render_key`.
 #[derive(Debug, Clone, PartialEq)]

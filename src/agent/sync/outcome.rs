@@ -1,9 +1,29 @@
-//! What the loop shows for what happened: a failed cycle's condition, and where a workspace's
-//! failure Event goes.
+//! What the loop shows for what happened: the `Synced` condition's outcome, a failed cycle's,
+//! and where a workspace's failure Event goes.
 
-use super::ledger::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::agent::error::Error;
+
+/// Why the last cycle failed, or that it succeeded. Reasons are CamelCase, as Kubernetes
+/// conditions expect; the message is stable for a repeated failure, so it is not rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncOutcome {
+    pub ok: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl SyncOutcome {
+    pub fn starting() -> Self {
+        Self { ok: false, reason: "Starting".into(), message: "no sync cycle has completed yet".into() }
+    }
+    pub fn synced() -> Self {
+        Self { ok: true, reason: "Synced".into(), message: "the last sync cycle succeeded".into() }
+    }
+    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
+        Self { ok: false, reason: reason.into(), message: message.into() }
+    }
+}
 
 /// The `Synced` condition after a failed cycle: the error's reason, and a message in the
 /// words of whoever failed (the apiserver's own, for an API error).

@@ -4,6 +4,7 @@
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
 mod error;
+mod orphans;
 mod postgres;
 pub mod rows;
 mod sqlite_writer;
@@ -223,7 +224,7 @@ impl Store {
     }
 }
 
-fn conflict(error: sqlx::Error, message: String) -> StoreError {
+pub(super) fn conflict(error: sqlx::Error, message: String) -> StoreError {
     match &error {
         sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(message),
         _ => StoreError::Database(error),

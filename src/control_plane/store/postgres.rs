@@ -3,7 +3,7 @@
 use super::Store;
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, POSTGRES_SAVE, SavedRow, workspace_from_row};
-use crate::control_plane::model::{Agent, Workspace, now_ms};
+use crate::control_plane::model::{Agent, Workspace, now_ms, state_text};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 
@@ -26,6 +26,17 @@ impl Store {
             let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
             let json = serde_json::to_string(&saved).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             sqlx::query(&POSTGRES_SAVE).bind(json).execute(&mut *tx).await?;
+        }
+        for orphan in &decision.orphans {
+            sqlx::query(super::orphans::POSTGRES_RECORD)
+                .bind(&agent.id)
+                .bind(&orphan.namespace)
+                .bind(&orphan.name)
+                .bind(orphan.deployment_resource_version.clone())
+                .bind(orphan.last_seen)
+                .bind(state_text(&orphan.actual_state))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(decision.response)

@@ -8,7 +8,7 @@
 
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, workspace_from_row};
-use crate::control_plane::model::{Agent, now_ms};
+use crate::control_plane::model::{Agent, now_ms, state_text};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use rusqlite::{Connection, TransactionBehavior};
@@ -124,6 +124,19 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
     let mut save = connection.prepare_cached(&SQLITE_SAVE)?;
     for &i in &decision.touched {
         save.execute(rusqlite::params_from_iter(SavedRow::of(&workspaces[i]).sqlite_parameters()?))?;
+    }
+    let mut record = connection.prepare_cached(super::orphans::SQLITE_RECORD)?;
+    for orphan in &decision.orphans {
+        let version = orphan.deployment_resource_version.as_deref();
+        let actual = state_text(&orphan.actual_state);
+        record.execute(rusqlite::params![
+            job.agent.id,
+            orphan.namespace,
+            orphan.name,
+            version,
+            orphan.last_seen,
+            actual
+        ])?;
     }
     Ok(decision.response)
 }
