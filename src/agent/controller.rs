@@ -281,6 +281,39 @@ fn uid(wss: &WorkspaceSyncStatus) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// How often a leader checks that its CRD is still installed.
+const CRD_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Someone deleted the CRD (and so every WorkspaceSyncStatus): `/readyz` turns false and the
+/// agent says why; when the CRD is back, the leader writes its WorkspaceSyncStatus again from
+/// memory, and syncing goes on. Runs for one term.
+pub async fn watch_crd(ctx: Arc<Context>) {
+    let mut missing = false;
+    loop {
+        tokio::time::sleep(CRD_CHECK_INTERVAL).await;
+        match ctx.cluster.check_crd().await {
+            Ok(()) if missing => {
+                tracing::info!("the WorkspaceSyncStatus CRD is back; writing the status again");
+                missing = false;
+                ctx.metrics.set_crd_present();
+                recreate_ledger_object(&ctx).await;
+                ctx.index.notify();
+            }
+            Ok(()) => {}
+            Err(Error::CrdMissing) if !missing => {
+                tracing::error!(
+                    "the WorkspaceSyncStatus CRD was deleted; not ready, and nothing syncs until it is back \
+                     (kubectl apply -k manifests/)"
+                );
+                missing = true;
+                ctx.metrics.set_crd_absent();
+            }
+            Err(Error::CrdMissing) => {}
+            Err(error) => tracing::debug!(%error, "could not check the WorkspaceSyncStatus CRD; checking again"),
+        }
+    }
+}
+
 /// Someone deleted the WorkspaceSyncStatus: write it again from memory, until it is back or
 /// this term ends (a successor then writes its own).
 async fn recreate_ledger_object(ctx: &Context) {

@@ -127,6 +127,11 @@ impl Metrics {
         self.crd_present.store(true, Ordering::Relaxed);
     }
 
+    /// The CRD was deleted while the agent runs: not ready until it is back.
+    pub fn set_crd_absent(&self) {
+        self.crd_present.store(false, Ordering::Relaxed);
+    }
+
     /// Leading, or not: a new term is not ready until its first cycle completes.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));

@@ -312,6 +312,7 @@ async fn lead(
     let watcher = tokio::spawn(async move { watch_ctx.cluster.watch_workspaces(index).await });
     let cache_ctx = ctx.clone();
     let cache_watcher = tokio::spawn(async move { cache_ctx.applier.watch_caches().await });
+    let crd_watcher = tokio::spawn(controller::watch_crd(ctx.clone()));
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
         let _ = graceful_rx.await;
@@ -328,5 +329,6 @@ async fn lead(
     }
     watcher.abort();
     cache_watcher.abort();
+    crd_watcher.abort();
     Ok(())
 }
