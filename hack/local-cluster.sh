@@ -4,6 +4,7 @@
 #   hack/local-cluster.sh build   build etcd, kube-apiserver and kube-controller-manager once (cached)
 #   hack/local-cluster.sh up      build if needed, then start them; idempotent
 #   hack/local-cluster.sh down    stop them and wipe the state
+#   hack/local-cluster.sh restart stop and start them, keeping the state (the fault suite)
 #   hack/local-cluster.sh status  exit 0 when the apiserver answers
 #   hack/local-cluster.sh env     print the exports that point tools at it
 #
@@ -284,6 +285,7 @@ case "${1:-}" in
   build) build ;;
   up) up ;;
   down) down ;;
+  restart) down_processes; up ;;
   status) apiserver_ready ;;
   env) print_env ;;
   *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throw-away PostgreSQL on 127.0.0.1 for the store tests, from the machine's own packages.
 #
-#   hack/local-postgres.sh up | down | env
+#   hack/local-postgres.sh up | down | restart | env
 set -euo pipefail
 
 DIR=${WSYNC_POSTGRES_DIR:-${TMPDIR:-/tmp}/wsync-postgres}
@@ -43,9 +43,17 @@ down() {
   log "stopped"
 }
 
+# Stop and start again, keeping the data: a PostgreSQL restart, for the fault suite.
+restart() {
+  local bin; bin=$(pg_bin)
+  as_owner "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/postgres.log" -w -m fast restart >/dev/null
+  log "restarted"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  restart) restart ;;
   env) echo "export WSYNC_TEST_POSTGRES_URL=postgres://wsync@127.0.0.1:$PORT/postgres" ;;
   *) sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 12;
+const SCENARIOS: usize = 13;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.
@@ -268,6 +268,35 @@ async fn control_plane_answer_lost_after_commit_sqlite() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn control_plane_answer_lost_after_commit_postgres() {
+    let _exclusive = crate::support::postgres::EXCLUSIVE.lock().await;
     let database = crate::support::postgres::fresh_database("fault_suite").await;
     answer_lost_after_commit(Some(database), "control plane answer lost after commit (PostgreSQL)").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgresql_restart_loses_no_stop() {
+    let _exclusive = crate::support::postgres::EXCLUSIVE.lock().await;
+    let env = env();
+    let database = crate::support::postgres::fresh_database("fault_restart").await;
+    let (system, _proxy) = System::start_behind_proxy("fr", Some(database)).await;
+    system.cli(&["create", "frank", "--image", "registry.example.com/ide:1"]);
+    let running = system.wait_actual("frank", "Running").await;
+    let ns = running["namespace"].as_str().expect("namespace").to_string();
+    crate::support::postgres::restart();
+    let back = Instant::now();
+    // The control plane's pool reconnects; the first call after the restart may fail once.
+    eventually("the Stop accepted", LONG, || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(["workspaces", "--agent", &system.id, "stop", "frank"])
+            .env("WSYNC_SERVER", &system.control_plane.url)
+            .output()
+            .ok()?;
+        out.status.success().then_some(())
+    })
+    .await;
+    eventually("the Stop applied", LONG, || {
+        (get_field(env, &ns, "deployment/frank", "{.spec.replicas}").as_deref() == Some("0")).then_some(())
+    })
+    .await;
+    record("PostgreSQL restarted", back.elapsed(), 0, orphans_of_workspace(env, &ns));
 }

@@ -3,6 +3,9 @@
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// Held by a test that restarts PostgreSQL, and by those that must not see it restart.
+pub static EXCLUSIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The server's admin URL.
 pub fn admin_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
@@ -28,4 +31,11 @@ pub async fn fresh_database(prefix: &str) -> String {
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.expect("drop");
     sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.expect("create");
     admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).expect("a database URL")
+}
+
+/// Stop PostgreSQL and start it again, keeping its data.
+pub fn restart() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-postgres.sh");
+    let restarted = Command::new(script).arg("restart").status().expect("run hack/local-postgres.sh restart");
+    assert!(restarted.success(), "PostgreSQL did not restart");
 }
