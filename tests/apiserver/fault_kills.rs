@@ -36,6 +36,19 @@ async fn kill_9_between_the_answer_and_the_status_write() {
     scenario.finish("kill -9 between the answer and the status write", cleared);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_killed_mid_cycle_is_replaced_by_its_standby() {
+    let mut scenario = Scenario::start_with("fh", script, &["--failpoint", "after-inventory-write"], |_| {}).await;
+    eventually("the first to lead", LONG, || scenario.agent.logs().contains("became the leader").then_some(())).await;
+    // A standby with the same id, reaching the apiserver directly; it leads once the Lease lapses.
+    let standby = AgentProcess::start(scenario.env, &scenario.id, &scenario.stub.url, &[]).keep_cluster_state();
+    eventually("the leader to die mid-cycle", LONG, || (!scenario.agent.is_running()).then_some(())).await;
+    let cleared = Instant::now();
+    scenario.wait_for_config_maps(&["cfg"], &[]).await;
+    assert!(standby.logs().contains("became the leader"), "{}", standby.logs());
+    scenario.finish("leader killed mid-cycle; the standby takes over", cleared);
+}
+
 /// A broken config next to the good one: its error is being written when the agent dies.
 fn with_broken(ns: &str, members: &[&str]) -> Script {
     let mut script = script(ns, members);

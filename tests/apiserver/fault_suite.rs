@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 13;
+const SCENARIOS: usize = 16;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.
@@ -218,14 +218,20 @@ async fn apiserver_watch_reset_mid_body() {
 
 /// Commit, then the answer is lost: the control plane has stamped the Stop as delivered.
 async fn answer_lost_after_commit(database: Option<String>, name: &str) {
+    control_plane_fault(database, Fault::DelayAnswer(Duration::from_secs(4)), 1, name, true).await;
+}
+
+/// A Stop issued, then `fault` on the next `times` reconciles: the Stop still lands within two
+/// partial intervals after the faults stop. `lost`: the answer was committed, then lost.
+async fn control_plane_fault(database: Option<String>, fault: Fault, times: usize, name: &str, lost: bool) {
     let env = env();
     let (system, proxy) = System::start_behind_proxy("fc", database).await;
     system.cli(&["create", "carol", "--image", "registry.example.com/ide:1"]);
     let running = system.wait_actual("carol", "Running").await;
     let ns = running["namespace"].as_str().expect("namespace").to_string();
-    proxy.arm(Some("POST"), "/reconcile", Fault::DelayAnswer(Duration::from_secs(4)), 1);
+    proxy.arm(Some("POST"), "/reconcile", fault, times);
     system.cli(&["stop", "carol"]);
-    eventually("the delayed answer", LONG, || proxy.spent().then_some(())).await;
+    eventually("the faults to fire", LONG, || proxy.spent().then_some(())).await;
     let cleared = Instant::now();
     eventually("the Stop applied", LONG, || {
         (get_field(env, &ns, "deployment/carol", "{.spec.replicas}").as_deref() == Some("0")).then_some(())
@@ -236,7 +242,7 @@ async fn answer_lost_after_commit(database: Option<String>, name: &str) {
     // it the Stop would wait for the periodic full cycle (60 s here, an hour by default).
     assert!(converged < Duration::from_secs(15), "the Stop took {converged:?}");
     let logs = system.agent.logs();
-    assert!(logs.contains("the next cycle is full"), "{logs}");
+    assert_eq!(logs.contains("the next cycle is full"), lost, "{logs}");
     record(name, converged, 0, orphans_of_workspace(env, &ns));
 }
 
@@ -259,6 +265,16 @@ pub fn orphans_of_workspace(env: &TestEnv, ns: &str) -> usize {
         .filter(|(_, owner)| !owner.trim().is_empty())
         .filter(|(name, _)| !inventories.contains(&format!("{ns}_{name}_")))
         .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_500_three_times() {
+    control_plane_fault(None, Fault::Status(500), 3, "control plane 500 ×3", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_answer_cut_mid_body() {
+    control_plane_fault(None, Fault::ResetMidBody, 2, "control plane answer truncated ×2", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
