@@ -294,3 +294,24 @@ async fn postgres() {
     let url = admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).unwrap();
     suite(Store::connect(&url).await.unwrap()).await;
 }
+
+/// `/healthz` asks the store: a database that stops answering is unhealthy, with the reason.
+#[tokio::test]
+async fn health_follows_the_database() {
+    sqlx::any::install_default_drivers();
+    let admin = postgres_url();
+    let database = format!("health_{}", std::process::id());
+    let pool = sqlx::AnyPool::connect(admin).await.expect("PostgreSQL is reachable");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.unwrap();
+    let url = admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).unwrap();
+    let store = Store::connect(&url).await.unwrap();
+    store.health().await.expect("healthy");
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)")).execute(&pool).await.unwrap();
+    let error = store.health().await.expect_err("the database is gone");
+    assert!(error.to_string().contains("database"), "{error}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::connect(&format!("sqlite://{}/store.db", dir.path().display())).await.unwrap();
+    sqlite.health().await.expect("SQLite and its writer are healthy");
+}
