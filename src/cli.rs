@@ -258,9 +258,16 @@ fn orphans(server: &ServerArgs, answer: &Value) -> Result<()> {
     let now = now_ms();
     println!("{:<30} {:<40} LAST REPORT", "ORPHAN", "NAMESPACE");
     for o in list {
-        println!("{:<30} {:<40} {}s ago", o.name, o.namespace, (now - o.last_seen).max(0) / 1000);
+        let age = (now - o.last_seen).max(0) / 1000;
+        println!("{:<30} {:<40} {age}s ago", printable(&o.name), printable(&o.namespace));
     }
     Ok(())
+}
+
+/// What an agent or a control plane sent, made safe for a terminal: control characters (an
+/// escape sequence that moves the cursor or rewrites the screen, say) are shown escaped.
+fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
 }
 
 /// A human-readable table, one workspace a row; errors in full below their row.
@@ -272,7 +279,13 @@ pub fn table(workspaces: &[Workspace], now: i64) -> String {
                 Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
                 None => "never".into(),
             };
-            [w.name.clone(), w.namespace.clone(), state_text(&w.desired_state), state_text(&w.actual_state), report]
+            [
+                printable(&w.name),
+                printable(&w.namespace),
+                state_text(&w.desired_state),
+                state_text(&w.actual_state),
+                report,
+            ]
         })
         .collect();
     let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];
@@ -290,8 +303,46 @@ pub fn table(workspaces: &[Workspace], now: i64) -> String {
     for (row, workspace) in rows.iter().zip(workspaces) {
         out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
         if let Some(error) = &workspace.error {
-            out += &format!("  └ {} error: {}\n", error.error_type, error.message);
+            out += &format!("  └ {} error: {}\n", printable(&error.error_type), printable(&error.message));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ActualState, DesiredState};
+
+    #[test]
+    fn what_an_agent_sent_cannot_drive_the_terminal() {
+        let workspace = Workspace {
+            agent_id: "a".into(),
+            name: "ws\u{1b}]0;owned\u{7}".into(),
+            namespace: "ns".into(),
+            image: "i".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+            desired_state: DesiredState::Running,
+            actual_state: ActualState::Error,
+            desired_state_updated_at: 0,
+            actual_state_updated_at: 0,
+            deployment_resource_version: None,
+            responded_to_agent_at: None,
+            force_include_all_resources: false,
+            last_reported_at: None,
+            error: Some(crate::control_plane::model::WorkspaceError {
+                error_type: "applier".into(),
+                message: "boom\u{1b}[2J\u{1b}[31mfake prompt $ \r".into(),
+                first_seen: 0,
+                last_seen: 0,
+                desired_state: DesiredState::Running,
+            }),
+            created_at: 0,
+        };
+        let out = table(&[workspace], 0);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(out.contains(r"boom\u{1b}[2J"), "{out}");
+    }
 }

@@ -172,6 +172,27 @@ impl Settings {
     }
 }
 
+/// The longest `error_message` either half keeps: the agent sends no more, and the control
+/// plane stores no more of what an agent sends.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// Cut a message to `MAX_MESSAGE_BYTES` on a character boundary, saying that it was cut.
+pub fn cap_message(message: &str) -> String {
+    cap_message_to(message, MAX_MESSAGE_BYTES)
+}
+
+pub fn cap_message_to(message: &str, max_bytes: usize) -> String {
+    if message.len() <= max_bytes {
+        return message.to_string();
+    }
+    const MARK: &str = " …(truncated)";
+    let mut end = max_bytes.saturating_sub(MARK.len());
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &message[..end])
+}
+
 /// The control plane's answer to a payload that fails validation (HTTP 400).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

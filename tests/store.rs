@@ -2,8 +2,10 @@
 //! PostgreSQL comes from `hack/local-postgres.sh`; a missing one fails the run, never skips.
 
 use serde_json::json;
-use std::process::Command;
-use std::sync::OnceLock;
+
+#[path = "support/postgres.rs"]
+#[allow(dead_code)]
+mod postgres;
 use wsync::control_plane::model::NewWorkspace;
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
@@ -102,6 +104,14 @@ async fn suite(store: Store) {
     let answer = store.reconcile(&agent, request(UpdateType::Partial, vec![]), &pipeline()).await.unwrap();
     assert_eq!(answer.workspace_rails_infos[0].desired_state, DesiredState::Stopped);
     assert!(answer.workspace_rails_infos[0].config_to_apply.contains("replicas: 0"));
+
+    // An agent's error message is stored at the agent's own cap, whatever it sends.
+    let mut shouting = report(&ns, "ws");
+    shouting.error_details =
+        Some(ErrorDetails { error_type: ErrorType::Applier, error_message: "x".repeat(64 * 1024) });
+    store.reconcile(&agent, request(UpdateType::Partial, vec![shouting]), &pipeline()).await.unwrap();
+    let stored = store.workspace("a1", "ws").await.unwrap().expect("ws").error.expect("the error");
+    assert!(stored.message.len() <= MAX_MESSAGE_BYTES && stored.message.ends_with("(truncated)"));
 
     // An agent sees only its own workspaces: a report about another's is that agent's orphan,
     // acknowledged without config, and the owner's workspace is untouched.
@@ -268,45 +278,20 @@ async fn sqlite_in_memory_is_refused_with_a_reason() {
     assert!(error.to_string().contains("in memory"), "{error}");
 }
 
-fn postgres_url() -> &'static str {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/local-postgres.sh");
-        let up = Command::new(script).arg("up").status().expect("run hack/local-postgres.sh");
-        assert!(up.success(), "PostgreSQL did not come up (hack/local-postgres.sh up)");
-        let out = Command::new(script).arg("env").output().expect("run hack/local-postgres.sh env");
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .strip_prefix("export WSYNC_TEST_POSTGRES_URL=")
-            .expect("a URL")
-            .to_string()
-    })
-}
-
 #[tokio::test]
 async fn postgres() {
-    sqlx::any::install_default_drivers();
-    let admin = postgres_url();
-    let database = format!("store_{}", std::process::id());
-    let pool = sqlx::AnyPool::connect(admin).await.expect("PostgreSQL is reachable");
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.unwrap();
-    let url = admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).unwrap();
+    let url = postgres::fresh_database("store").await;
     suite(Store::connect(&url).await.unwrap()).await;
 }
 
 /// `/healthz` asks the store: a database that stops answering is unhealthy, with the reason.
 #[tokio::test]
 async fn health_follows_the_database() {
-    sqlx::any::install_default_drivers();
-    let admin = postgres_url();
-    let database = format!("health_{}", std::process::id());
-    let pool = sqlx::AnyPool::connect(admin).await.expect("PostgreSQL is reachable");
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.unwrap();
-    let url = admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}")).unwrap();
+    let url = postgres::fresh_database("health").await;
     let store = Store::connect(&url).await.unwrap();
     store.health().await.expect("healthy");
+    let database = url.rsplit_once('/').map(|(_, name)| name.to_string()).unwrap();
+    let pool = sqlx::AnyPool::connect(postgres::admin_url()).await.expect("PostgreSQL is reachable");
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)")).execute(&pool).await.unwrap();
     let error = store.health().await.expect_err("the database is gone");
     assert!(error.to_string().contains("database"), "{error}");

@@ -172,11 +172,11 @@ pub async fn start_agent(id: &str, url: &str, token: &str, port: u16, apply_cach
     let cache = format!("--apply-cache={apply_cache}");
     let args = ["--metrics-address", address.as_str(), "--request-timeout", "120s", cache.as_str()];
     let agent = AgentProcess::start_with_token(support::env(), id, url, token, &args).keep_cluster_state();
-    let level = format!("http://{address}/loglevel");
+    let level = format!("http://127.0.0.1:{}/loglevel", agent.admin_port);
     let deadline = Instant::now() + Duration::from_secs(30);
     while http().put(&level).body("info,wsync::allocator=debug").send().await.map_or(true, |r| !r.status().is_success())
     {
-        assert!(Instant::now() < deadline, "the agent's metrics endpoint never answered");
+        assert!(Instant::now() < deadline, "the agent's admin endpoint never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     agent

@@ -102,10 +102,11 @@ async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Age
 }
 
 fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    match &state.admin_token {
-        Some(expected) if bearer(headers) != Some(expected.as_str()) => Err(unauthorized()),
-        _ => Ok(()),
-    }
+    use subtle::ConstantTimeEq;
+    let Some(expected) = &state.admin_token else { return Ok(()) };
+    // In constant time: how much of a guess matches must not show in the answer's timing.
+    let given = bearer(headers).unwrap_or_default();
+    if bool::from(expected.as_bytes().ct_eq(given.as_bytes())) { Ok(()) } else { Err(unauthorized()) }
 }
 
 async fn reconcile(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {

@@ -47,14 +47,13 @@ fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) 
     match &info.error_details {
         Some(details) => {
             let error_type = state_text(&details.error_type);
-            let same = workspace
-                .error
-                .as_ref()
-                .is_some_and(|e| e.error_type == error_type && e.message == details.error_message);
+            // An agent's message is kept at the agent's own cap, whatever it sends.
+            let message = crate::protocol::cap_message(&details.error_message);
+            let same = workspace.error.as_ref().is_some_and(|e| e.error_type == error_type && e.message == message);
             let first_seen = if same { workspace.error.as_ref().map_or(now, |e| e.first_seen) } else { now };
             workspace.error = Some(WorkspaceError {
                 error_type,
-                message: details.error_message.clone(),
+                message,
                 first_seen,
                 last_seen: now,
                 desired_state: workspace.desired_state,

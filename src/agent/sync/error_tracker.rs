@@ -12,8 +12,7 @@ use jiff::Timestamp;
 use std::collections::HashMap;
 use std::fmt;
 
-/// Messages are capped so that one chatty error cannot crowd the ledger out of its size budget.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub use crate::protocol::{MAX_MESSAGE_BYTES, cap_message, cap_message_to};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ApplyVersion {
@@ -126,23 +125,6 @@ pub struct ErrorTracker {
     entries: HashMap<WorkspaceKey, Tracked>,
     epoch: u64,
     next_sequence: u64,
-}
-
-/// Cut a message to the cap on a character boundary, saying that it was cut.
-pub fn cap_message(message: &str) -> String {
-    cap_message_to(message, MAX_MESSAGE_BYTES)
-}
-
-pub fn cap_message_to(message: &str, max_bytes: usize) -> String {
-    if message.len() <= max_bytes {
-        return message.to_string();
-    }
-    const MARK: &str = " …(truncated)";
-    let mut end = max_bytes.saturating_sub(MARK.len());
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MARK}", &message[..end])
 }
 
 impl ErrorTracker {
