@@ -228,3 +228,42 @@ async fn a_full_sync_of_thousands_of_workspaces_is_not_refused_for_its_size() {
     let (status, answer) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(&body)).await;
     assert_eq!(status, 201, "{answer}");
 }
+
+/// An unauthenticated upload is refused before its body is read: of a 64 MiB upload the
+/// client gets rid of only what the sockets' buffers hold before the 401 comes back. A
+/// management body past its small limit is refused too.
+#[tokio::test]
+async fn bodies_are_bounded_before_authentication() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = serve(None).await;
+    let address = server.url.trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    const TOTAL: usize = 64 * 1024 * 1024;
+    let head = format!(
+        "POST {RECONCILE_PATH} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer not-a-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {TOTAL}\r\n\r\n"
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
+    let uploader = tokio::spawn(async move {
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < TOTAL {
+            match tokio::time::timeout(std::time::Duration::from_secs(2), write.write_all(&chunk)).await {
+                Ok(Ok(())) => sent += chunk.len(),
+                _ => break, // The server stopped reading, or closed.
+            }
+        }
+        sent
+    });
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), read.read(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let sent = uploader.await.unwrap();
+    assert!(sent < 32 * 1024 * 1024, "{sent} bytes of 64 MiB went out before the 401");
+
+    let big = json!({ "id": "x".repeat(128 * 1024) });
+    let answer = server.http.post(format!("{}/api/v1/agents", server.url)).json(&big).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 413);
+}

@@ -26,9 +26,12 @@ pub struct AppState {
     pub prerequisites_path: String,
 }
 
+/// The largest body of a management request or a page form.
+pub const MAX_MANAGEMENT_BODY_BYTES: usize = 64 * 1024;
+
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(&state.reconcile_path, post(reconcile).layer(DefaultBodyLimit::max(MAX_RECONCILE_BODY_BYTES)))
+        .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
         .route("/api/v1/agents", post(register_agent))
         .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))
@@ -41,6 +44,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/agents/{agent}/orphans/{namespace}/{name}/{action}", post(page_orphan_action))
         .route("/agents/{agent}/workspaces/{name}/{action}", post(page_action))
         .route("/healthz", get(healthz))
+        // Every body but a reconcile's (read by hand, after its token) is small.
+        .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES))
         .with_state(state)
 }
 
@@ -109,8 +114,13 @@ fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError
     if bool::from(expected.as_bytes().ct_eq(given.as_bytes())) { Ok(()) } else { Err(unauthorized()) }
 }
 
-async fn reconcile(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    let agent = authenticate_agent(&state, &headers).await?;
+/// The token is checked before a byte of the body is read: an unauthenticated 64 MiB upload
+/// costs the control plane nothing.
+async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> ApiResult {
+    let agent = authenticate_agent(&state, request.headers()).await?;
+    let body = axum::body::to_bytes(request.into_body(), MAX_RECONCILE_BODY_BYTES).await.map_err(|_| {
+        ApiError(StatusCode::PAYLOAD_TOO_LARGE, format!("a reconcile body is at most {MAX_RECONCILE_BODY_BYTES} bytes"))
+    })?;
     let request: ReconcileRequest = parse(&body)?;
     pipeline::validate(&request).map_err(bad_request)?;
     let (update_type, received) = (request.update_type, request.workspace_agent_infos.len());
