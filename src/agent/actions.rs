@@ -13,7 +13,6 @@ use super::sync::error_tracker::{ApplyVersion, FollowUp, Recorded};
 use super::sync::workspace::WorkspaceKey;
 use crate::runtime::LockExt;
 use futures::StreamExt;
-use futures::future::Abortable;
 use jiff::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,11 +51,7 @@ async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
     };
     let started = ctx.intents.start(&key, carries);
     let serial = started.serial;
-    let work = async {
-        let _turn = started.turn.lock().await;
-        perform(&ctx, action, serial).await
-    };
-    let handed_over = Abortable::new(work, started.registration).await.unwrap_or(false);
+    let handed_over = started.run(perform(&ctx, action, serial)).await.unwrap_or(false);
     if !handed_over {
         ctx.intents.finish(&key, serial);
     }
@@ -76,11 +71,7 @@ async fn perform(ctx: &Arc<Context>, action: WorkspaceAction, serial: u64) -> bo
             let Some(next) = ctx.intents.hand_over(&key, serial) else { return false };
             let ctx2 = ctx.clone();
             let task = async move {
-                let work = async {
-                    let _turn = next.turn.lock().await;
-                    retry(&ctx2, &key, &config, &image_pull_secrets, serial).await;
-                };
-                let _ = Abortable::new(work, next.registration).await;
+                next.run(retry(&ctx2, &key, &config, &image_pull_secrets, serial)).await;
                 ctx2.intents.finish(&key, serial);
             };
             ctx.applies.lock_unpoisoned().spawn(task.in_current_span());
@@ -145,7 +136,6 @@ async fn retry(
         let result = apply_once(ctx, key, config, pull_secrets).await;
         let message = result.as_ref().err().map(|e| e.message.clone());
         let recorded = ctx.state().ledger.errors_mut().record_retry(key, retried, result, Timestamp::now());
-        ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
         tracing::info!(workspace = %key.name(), namespace = %key.namespace(), attempt, outcome = recorded.metric_label(), "retried a failed apply");
         follow_up(ctx, key, recorded, message.as_deref()).await;
         if matches!(recorded, Recorded::Recovered | Recorded::Stale) {
@@ -207,11 +197,12 @@ async fn record_result(ctx: &Context, key: &WorkspaceKey, version: ApplyVersion,
         tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), %version, %message, "apply failed");
     }
     let recorded = ctx.state().ledger.errors_mut().record(key, version, result, Timestamp::now());
-    ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
     follow_up(ctx, key, recorded, failure.as_deref()).await;
 }
 
+/// Count a recorded result, and do what it calls for.
 async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failure: Option<&str>) {
+    ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
     match recorded.follow_up() {
         FollowUp::PersistAndWarn => {
             ctx.persist_logged().await;

@@ -35,6 +35,16 @@ pub struct ControlPlaneConfig {
     pub allow_insecure: bool,
 }
 
+impl ControlPlaneConfig {
+    /// TLS, or plain HTTP to loopback, or plain HTTP the operator allowed.
+    pub fn check_transport(&self) -> Result<(), Error> {
+        match transport_allowed(&self.base_url, self.allow_insecure) {
+            true => Ok(()),
+            false => Err(Error::InsecureControlPlane { url: self.base_url.to_string() }),
+        }
+    }
+}
+
 struct CachedToken {
     stamp: (SystemTime, u64),
     token: String,
@@ -60,9 +70,7 @@ impl std::fmt::Debug for ControlPlaneClient {
 
 impl ControlPlaneClient {
     pub fn new(config: &ControlPlaneConfig) -> Result<Self, Error> {
-        if !transport_allowed(&config.base_url, config.allow_insecure) {
-            return Err(Error::InsecureControlPlane { url: config.base_url.to_string() });
-        }
+        config.check_transport()?;
         let join = |path: &str| {
             config
                 .base_url
@@ -213,7 +221,7 @@ impl ControlPlaneClient {
 }
 
 /// TLS anywhere; plain HTTP only to loopback, unless the operator says the network is trusted.
-pub fn transport_allowed(url: &Url, allow_insecure: bool) -> bool {
+fn transport_allowed(url: &Url, allow_insecure: bool) -> bool {
     match url.scheme() {
         "https" => true,
         "http" => {

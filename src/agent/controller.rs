@@ -149,11 +149,8 @@ async fn run_cycle(
         let timeout =
             jiff::SignedDuration::try_from(ctx.config.termination_timeout).unwrap_or(jiff::SignedDuration::MAX);
         let newly = state.termination_clock.tick(&running, Timestamp::now(), timeout);
-        let stuck: Vec<String> = state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
-        ctx.metrics.terminations_stuck.set(stuck.len() as i64);
-        if state.ledger.stuck_terminations != stuck {
-            state.ledger.stuck_terminations = stuck;
-        }
+        state.ledger.stuck_terminations = state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
+        ctx.metrics.terminations_stuck.set(state.ledger.stuck_terminations.len() as i64);
         newly
     };
     actions::report_stuck_terminations(ctx, newly_stuck).await;

@@ -5,7 +5,7 @@
 
 use super::sync::workspace::WorkspaceKey;
 use crate::runtime::LockExt;
-use futures::future::{AbortHandle, AbortRegistration};
+use futures::future::{AbortHandle, AbortRegistration, Abortable};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -35,8 +35,20 @@ pub fn digest(config: &str, pull_secrets: &[crate::protocol::ImagePullSecret]) -
 /// with, and the workspace's turn to wait for.
 pub struct Started {
     pub serial: u64,
-    pub registration: AbortRegistration,
-    pub turn: Arc<tokio::sync::Mutex<()>>,
+    registration: AbortRegistration,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Started {
+    /// Run `work` once the workspace's turn comes; None when a newer intent aborted it.
+    pub async fn run<T>(self, work: impl Future<Output = T>) -> Option<T> {
+        let turn = self.turn;
+        let in_turn = async move {
+            let _turn = turn.lock().await;
+            work.await
+        };
+        Abortable::new(in_turn, self.registration).await.ok()
+    }
 }
 
 #[derive(Default)]
@@ -47,9 +59,8 @@ pub struct Intents {
 
 impl Intents {
     /// Whether the workspace's intent in flight (or retrying) applies exactly this: the same
-    /// config sent again is no newer intent, and must not restart it.
-    /// The digest is computed only for a workspace with an intent: at 10,000 workspaces a full
-    /// answer's configs are not hashed for nothing.
+    /// config sent again is no newer intent, and must not restart it. The digest is computed
+    /// only for a workspace with an intent: a full answer's configs are not hashed for nothing.
     pub fn carries(&self, key: &WorkspaceKey, digest: impl FnOnce() -> [u8; 32]) -> bool {
         let inner = self.inner.lock_unpoisoned();
         let Some(carried) = inner.get(key).and_then(|i| i.carries) else { return false };
@@ -108,7 +119,6 @@ impl Intents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::future::Abortable;
     use std::time::Duration;
 
     #[tokio::test]
@@ -120,14 +130,15 @@ mod tests {
             let (intents, order, key) = (intents.clone(), order.clone(), key.clone());
             let started = intents.start(&key, None);
             async move {
-                let work = async {
-                    let _turn = started.turn.lock().await;
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    order.lock().unwrap().push(label);
-                };
-                let outcome = Abortable::new(work, started.registration).await;
-                intents.finish(&key, started.serial);
-                outcome.is_ok()
+                let serial = started.serial;
+                let outcome = started
+                    .run(async {
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        order.lock().unwrap().push(label);
+                    })
+                    .await;
+                intents.finish(&key, serial);
+                outcome.is_some()
             }
         };
         let slow = tokio::spawn(run("slow, cycle N", 300));

@@ -158,9 +158,8 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     if let Some(name) = &args.failpoint {
         crate::runtime::failpoint::arm(name);
     }
-    if !control_plane_client::transport_allowed(&args.control_plane_url, args.allow_insecure_control_plane) {
-        return Err(Error::InsecureControlPlane { url: args.control_plane_url.to_string() });
-    }
+    // At start, not at the first term: a refused URL is a configuration error.
+    control_plane_config(&args).check_transport()?;
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -238,6 +237,20 @@ fn parse_secret_source(text: &str) -> std::result::Result<ImagePullSecret, Strin
     Ok(ImagePullSecret { namespace: namespace.into(), name: name.into() })
 }
 
+fn control_plane_config(args: &AgentArgs) -> ControlPlaneConfig {
+    ControlPlaneConfig {
+        base_url: args.control_plane_url.clone(),
+        reconcile_path: args.reconcile_path.clone(),
+        prerequisites_path: args.prerequisites_path.clone(),
+        token_file: args.token_file.clone(),
+        ca_file: args.control_plane_ca_file.clone(),
+        connect_timeout: args.connect_timeout,
+        request_timeout: args.request_timeout,
+        max_response_bytes: args.max_response_bytes,
+        allow_insecure: args.allow_insecure_control_plane,
+    }
+}
+
 fn cluster_config(args: &AgentArgs) -> ClusterConfig {
     ClusterConfig {
         agent_id: args.agent_id.clone(),
@@ -260,17 +273,7 @@ async fn lead(
     mut leader: watch::Receiver<bool>,
 ) -> Result<()> {
     let cluster = Cluster::new(client.clone(), cluster_config(args));
-    let control_plane = ControlPlaneClient::new(&ControlPlaneConfig {
-        base_url: args.control_plane_url.clone(),
-        reconcile_path: args.reconcile_path.clone(),
-        prerequisites_path: args.prerequisites_path.clone(),
-        token_file: args.token_file.clone(),
-        ca_file: args.control_plane_ca_file.clone(),
-        connect_timeout: args.connect_timeout,
-        request_timeout: args.request_timeout,
-        max_response_bytes: args.max_response_bytes,
-        allow_insecure: args.allow_insecure_control_plane,
-    })?;
+    let control_plane = ControlPlaneClient::new(&control_plane_config(args))?;
     let (wss, created) =
         retry_transient("reading the WorkspaceSyncStatus", Backoff::START_UP, when(stop.clone(), true), || {
             cluster.ensure_ledger_object()

@@ -94,8 +94,9 @@ pub fn decide(
         // A workspace this control plane does not know is an orphan: recorded for the operator,
         // and its version acknowledged so that the agent stops sending it. Never any config.
         let Some(&i) = index.get(&(info.namespace.clone(), info.name.clone())) else {
-            let rv = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.resource_version());
             if info.termination_progress.is_none() {
+                let deployment = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
+                let rv = deployment.as_ref().and_then(|d| d.metadata.as_ref()?.resource_version.clone());
                 infos.push(WorkspaceRailsInfo {
                     name: info.name.clone(),
                     namespace: info.namespace.clone(),
@@ -105,7 +106,6 @@ pub fn decide(
                     config_to_apply: String::new(),
                     image_pull_secrets: Vec::new(),
                 });
-                let deployment = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
                 orphans.push(Orphan {
                     namespace: info.namespace.clone(),
                     name: info.name.clone(),

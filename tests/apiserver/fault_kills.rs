@@ -3,7 +3,7 @@
 //! process, and its database restored from an old backup. Rows of the same table as
 //! `fault_suite`.
 
-use crate::fault_suite::{Scenario, errors_lost, orphans, orphans_of_workspace, record, script};
+use crate::fault_suite::{Scenario, errors_lost, orphans, record, script};
 use crate::support::stub::Script;
 use crate::support::system::System;
 use crate::support::*;
@@ -97,7 +97,7 @@ async fn the_control_plane_database_locked_by_another_process() {
     let id = system.id.clone();
     eventually("Synced=True", LONG, || (condition(&wss_json(env, &id)?, "Synced")?["status"] == "True").then_some(()))
         .await;
-    record("control plane's SQLite locked 8 s", cleared.elapsed(), 0, orphans_of_workspace(env, &ns));
+    record("control plane's SQLite locked 8 s", cleared.elapsed(), 0, orphans(env, &ns));
 }
 
 /// SQLite's online backup, from `from` to `to` (a copy of the file could miss the WAL).
@@ -168,5 +168,5 @@ async fn a_control_plane_restored_from_an_old_backup_sees_an_orphan() {
     let empty: serde_json::Value =
         serde_json::from_str(&system.cli(&["list", "--orphans", "-o", "json"])).expect("json");
     assert_eq!(empty, serde_json::json!([]));
-    record("control plane restored from an old backup (an orphan)", converged, 0, orphans_of_workspace(env, &ns));
+    record("control plane restored from an old backup (an orphan)", converged, 0, orphans(env, &ns));
 }

@@ -12,7 +12,7 @@ use crate::support::*;
 use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use wsync::protocol::inventory::OWNING_INVENTORY_ANNOTATION;
+use wsync::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
 
 const LONG: Duration = Duration::from_secs(90);
 const SCENARIOS: usize = 16;
@@ -35,28 +35,30 @@ pub fn record(fault: &str, converged: Duration, lost: usize, orphans: usize) {
     }
 }
 
-/// Objects in `namespace` annotated as an inventory's member but missing from its data.
+/// Objects in `namespace` annotated as an inventory's member but missing from every labelled
+/// inventory's data, by their exact member key (`namespace_name_group_Kind`).
 pub fn orphans(env: &TestEnv, namespace: &str) -> usize {
-    let listed = get_field(env, namespace, "configmap/inv", "{.data}").unwrap_or_default();
-    let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
-    let owned = kubectl_ok(
+    let inventories = kubectl_ok(
         env,
-        &[
-            "-n",
-            namespace,
-            "get",
-            "configmaps",
-            "-o",
-            &format!(
-                "jsonpath={{range .items[*]}}{{.metadata.name}} {{.metadata.annotations.{annotation}}}{{\"\\n\"}}{{end}}"
-            ),
-        ],
+        &["-n", namespace, "get", "configmaps", "-l", INVENTORY_ID_LABEL, "-o", "jsonpath={.items[*].data}"],
     );
-    owned
+    let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
+    let jsonpath = format!(
+        "jsonpath={{range .items[*]}}{{.kind}} {{.metadata.name}} {{.metadata.annotations.{annotation}}}{{\"\\n\"}}{{end}}"
+    );
+    let kinds = "configmaps,deployments,services,pvc,serviceaccounts,secrets";
+    let members = kubectl_ok(env, &["-n", namespace, "get", kinds, "-o", &jsonpath]);
+    members
         .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, owner)| !owner.trim().is_empty())
-        .filter(|(name, _)| !listed.contains(&format!("{namespace}_{name}__ConfigMap")))
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            Some((fields.next()?, fields.next()?, fields.next().unwrap_or_default()))
+        })
+        .filter(|(_, _, owner)| !owner.trim().is_empty())
+        .filter(|(kind, name, _)| {
+            let group = if *kind == "Deployment" { "apps" } else { "" };
+            !inventories.contains(&format!("{namespace}_{name}_{group}_{kind}"))
+        })
         .count()
 }
 
@@ -243,28 +245,7 @@ async fn control_plane_fault(database: Option<String>, fault: Fault, times: usiz
     assert!(converged < Duration::from_secs(15), "the Stop took {converged:?}");
     let logs = system.agent.logs();
     assert_eq!(logs.contains("the next cycle is full"), lost, "{logs}");
-    record(name, converged, 0, orphans_of_workspace(env, &ns));
-}
-
-/// The reference control plane's inventories: every object annotated as an inventory's
-/// member is listed in one.
-pub fn orphans_of_workspace(env: &TestEnv, ns: &str) -> usize {
-    let inventories = kubectl_ok(
-        env,
-        &["-n", ns, "get", "configmaps", "-l", "cli-utils.sigs.k8s.io/inventory-id", "-o", "jsonpath={.items[*].data}"],
-    );
-    let annotation = OWNING_INVENTORY_ANNOTATION.replace('.', "\\.").replace('/', "\\/");
-    let jsonpath = format!(
-        "jsonpath={{range .items[*]}}{{.metadata.name}} {{.metadata.annotations.{annotation}}}{{\"\\n\"}}{{end}}"
-    );
-    let members =
-        kubectl_ok(env, &["-n", ns, "get", "deployments,services,pvc,serviceaccounts,secrets", "-o", &jsonpath]);
-    members
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, owner)| !owner.trim().is_empty())
-        .filter(|(name, _)| !inventories.contains(&format!("{ns}_{name}_")))
-        .count()
+    record(name, converged, 0, orphans(env, &ns));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -314,5 +295,5 @@ async fn a_postgresql_restart_loses_no_stop() {
         (get_field(env, &ns, "deployment/frank", "{.spec.replicas}").as_deref() == Some("0")).then_some(())
     })
     .await;
-    record("PostgreSQL restarted", back.elapsed(), 0, orphans_of_workspace(env, &ns));
+    record("PostgreSQL restarted", back.elapsed(), 0, orphans(env, &ns));
 }

@@ -54,8 +54,7 @@ impl ApplyPolicy {
 
     /// Refuse, by name and before anything is read, a pull secret the operator did not allow.
     pub fn check_pull_secrets(&self, wanted: &[ImagePullSecret]) -> Result<(), String> {
-        let refused: Vec<String> =
-            wanted.iter().filter(|s| !self.pull_secret_sources.contains(s)).map(source_ref).collect();
+        let refused: Vec<String> = wanted.iter().filter(|s| !self.allows_pull_secret(s)).map(source_ref).collect();
         if refused.is_empty() {
             return Ok(());
         }
@@ -181,10 +180,7 @@ pub fn plan(
         let inventory = inventories
             .get_mut(&owner)
             .ok_or_else(|| format!("refused {what}: its owning inventory {owner:?} is not in the config"))?;
-        if member.group.is_empty()
-            && member.kind == "ConfigMap"
-            && Some(&member.name) == inventory.inventory.metadata.name.as_ref()
-        {
+        if is_the_inventory(&member, &inventory.inventory) {
             return Err(format!("refused {what}: a member of inventory {owner:?} cannot be the inventory itself"));
         }
         inventory.members.push((member, object));
@@ -201,12 +197,15 @@ pub fn prunable(
     policy: &ApplyPolicy,
 ) -> (BTreeSet<MemberRef>, Vec<MemberRef>) {
     let namespace = inventory.metadata.namespace.as_deref().unwrap_or_default();
-    let name = inventory.metadata.name.as_deref().unwrap_or_default();
-    let (kept, dropped): (BTreeSet<_>, BTreeSet<_>) = listed.into_iter().partition(|m| {
-        let itself = m.group.is_empty() && m.kind == "ConfigMap" && m.name == name;
-        m.namespace == namespace && policy.allows(&m.group, &m.kind) && !itself
-    });
+    let (kept, dropped): (BTreeSet<_>, BTreeSet<_>) = listed
+        .into_iter()
+        .partition(|m| m.namespace == namespace && policy.allows(&m.group, &m.kind) && !is_the_inventory(m, inventory));
     (kept, dropped.into_iter().collect())
+}
+
+/// Whether a member names the inventory's own ConfigMap.
+fn is_the_inventory(member: &MemberRef, inventory: &DynamicObject) -> bool {
+    member.group.is_empty() && member.kind == "ConfigMap" && inventory.metadata.name.as_ref() == Some(&member.name)
 }
 
 /// The inventory object with its data replaced by one empty-valued key per member.

@@ -57,8 +57,8 @@ impl Store {
     ) -> StoreResult<Option<Workspace>> {
         let mut tx = self.pool.begin().await?;
         let found = sqlx::query(
-            "SELECT deployment_resource_version, actual_state FROM orphans \
-             WHERE agent_id = $1 AND namespace = $2 AND name = $3",
+            "DELETE FROM orphans WHERE agent_id = $1 AND namespace = $2 AND name = $3 \
+             RETURNING deployment_resource_version, actual_state",
         )
         .bind(agent_id)
         .bind(namespace)
@@ -68,12 +68,6 @@ impl Store {
         let Some(found) = found else { return Ok(None) };
         let version: Option<String> = found.try_get("deployment_resource_version")?;
         let actual: String = found.try_get("actual_state")?;
-        sqlx::query("DELETE FROM orphans WHERE agent_id = $1 AND namespace = $2 AND name = $3")
-            .bind(agent_id)
-            .bind(namespace)
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
         let (image, desired) = match fate {
             OrphanFate::Adopt { image } => (image, DesiredState::Running),
             OrphanFate::Terminate => (String::new(), DesiredState::Terminated),
