@@ -42,10 +42,14 @@ kubectl create namespace wsync-system --dry-run=client -o yaml | kubectl apply -
 
 step "Starting the control plane (SQLite at $work/control-plane.db)"
 $wsync control-plane --listen "127.0.0.1:$port" --database-url "sqlite://$work/control-plane.db" \
-  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.log" 2>&1 &
+  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.out" 2>"$work/control-plane.log" &
 pids+=($!)
 for _ in $(seq 1 50); do curl -fs "$WSYNC_SERVER/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-say "listening on $WSYNC_SERVER; the page is $WSYNC_SERVER/agents/demo"
+# On its first start the control plane makes an admin token and prints it, once.
+WSYNC_ADMIN_TOKEN=$(sed -n 's/^admin token.*: //p' "$work/control-plane.out")
+export WSYNC_ADMIN_TOKEN
+say "listening on $WSYNC_SERVER; it printed its admin token on first start: $WSYNC_ADMIN_TOKEN"
+say "sign in at $WSYNC_SERVER/sign-in?next=/agents/demo with that token to see the page"
 
 step "Registering an agent; the control plane answers with its token, once"
 $wsync agents register demo -o json | sed -n 's/.*"token":"\([^"]*\)".*/\1/p' >"$work/token"

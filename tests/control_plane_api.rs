@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use wsync::control_plane::api::{AppState, router};
+use wsync::control_plane::api::{AdminCredential, AppState, router};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
@@ -14,47 +14,65 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn serve(admin_token: Option<&str>) -> Server {
+/// The admin token every test server is started with.
+const ADMIN: &str = "admin-secret";
+
+async fn serve() -> Server {
     wsync::runtime::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::connect(&format!("sqlite://{}/cp.db", dir.path().display())).await.unwrap();
-    let state = Arc::new(AppState {
-        store,
-        pipeline: PipelineConfig {
-            settings: Settings {
-                full_reconciliation_interval_seconds: 600,
-                partial_reconciliation_interval_seconds: 5,
-            },
-            lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX },
-            label_key: "agent.gitlab.com/id".into(),
-        },
-        admin_token: admin_token.map(str::to_string),
-        reconcile_path: RECONCILE_PATH.into(),
-        prerequisites_path: PREREQUISITES_PATH.into(),
-    });
+    let pipeline = PipelineConfig {
+        settings: Settings { full_reconciliation_interval_seconds: 600, partial_reconciliation_interval_seconds: 5 },
+        lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX, max_terminated_percent: 100 },
+        label_key: "agent.gitlab.com/id".into(),
+    };
+    let state = Arc::new(AppState::new(store, pipeline, AdminCredential::token(ADMIN)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router(state)).await.ok() });
-    Server { url, http: reqwest::Client::new(), _dir: dir }
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    Server { url, http, _dir: dir }
 }
 
 impl Server {
     async fn send(&self, method: reqwest::Method, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.url));
+        let mut request = self.http.request(method.clone(), format!("{}{path}", self.url));
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
-        if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body.to_string());
+        // The JSON API takes only JSON; a body-less write sends an empty object.
+        match body {
+            Some(body) => request = request.header("content-type", "application/json").body(body.to_string()),
+            None if method != reqwest::Method::GET => {
+                request = request.header("content-type", "application/json").body("{}");
+            }
+            None => {}
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Sign in through the page's form, as a browser on the page's origin would; the cookie.
+    async fn sign_in(&self) -> String {
+        let answer = self
+            .http
+            .post(format!("{}/sign-in", self.url))
+            .header("origin", &self.url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={ADMIN}&next=%2F"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 303);
+        let cookie = answer.headers()["set-cookie"].to_str().unwrap();
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+        cookie.split(';').next().unwrap().to_string()
+    }
+
     async fn register(&self, id: &str) -> String {
         let (status, body) =
-            self.send(reqwest::Method::POST, "/api/v1/agents", None, Some(&json!({"id": id}).to_string())).await;
+            self.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(&json!({"id": id}).to_string())).await;
         assert_eq!(status, 201, "{body}");
         body["token"].as_str().unwrap().to_string()
     }
@@ -64,7 +82,7 @@ const EMPTY_PARTIAL: &str = r#"{"update_type": "partial", "workspace_agent_infos
 
 #[tokio::test]
 async fn reconcile_answers_201_400_and_401_as_the_protocol_says() {
-    let server = serve(None).await;
+    let server = serve().await;
     let token = server.register("a1").await;
     let (status, body) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(EMPTY_PARTIAL)).await;
     assert_eq!(status, 201, "{body}");
@@ -95,76 +113,89 @@ async fn reconcile_answers_201_400_and_401_as_the_protocol_says() {
 
 #[tokio::test]
 async fn the_management_api_validates_and_keeps_agents_apart() {
-    let server = serve(None).await;
+    let server = serve().await;
     server.register("a1").await;
     server.register("a2").await;
-    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "a1"}"#)).await;
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(r#"{"id": "a1"}"#)).await;
     assert_eq!(status, 409, "an agent id is registered once");
     let (status, _) =
-        server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "Not A Label"}"#)).await;
+        server.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(r#"{"id": "Not A Label"}"#)).await;
     assert_eq!(status, 400);
 
     let create = json!({"name": "ws", "image": "busybox:1.36"}).to_string();
-    let (status, body) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    let (status, body) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(&create)).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["desired_state"], "Running");
-    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    let (status, _) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(&create)).await;
     assert_eq!(status, 409);
     let (status, _) = server
-        .send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(r#"{"name": "x", "image": ""}"#))
+        .send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(r#"{"name": "x", "image": ""}"#))
         .await;
     assert_eq!(status, 400);
 
-    let (_, list) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces", None, None).await;
+    let (_, list) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces", Some(ADMIN), None).await;
     assert_eq!(list, json!([]), "a2 never sees a1's workspaces");
-    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces/ws", None, None).await;
+    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces/ws", Some(ADMIN), None).await;
     assert_eq!(status, 404);
-    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/nobody/workspaces", None, None).await;
+    let (status, _) = server.send(reqwest::Method::GET, "/api/v1/agents/nobody/workspaces", Some(ADMIN), None).await;
     assert_eq!(status, 404);
 
     for (action, desired) in
         [("stop", "Stopped"), ("start", "Running"), ("restart", "RestartRequested"), ("terminate", "Terminated")]
     {
         let path = format!("/api/v1/agents/a1/workspaces/ws/{action}");
-        let (status, body) = server.send(reqwest::Method::POST, &path, None, None).await;
+        let (status, body) = server.send(reqwest::Method::POST, &path, Some(ADMIN), None).await;
         assert_eq!((status, body["desired_state"].clone()), (200, Value::from(desired)), "{action}");
     }
-    let (status, body) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/start", None, None).await;
+    let (status, body) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/start", Some(ADMIN), None).await;
     assert_eq!(status, 409, "Terminated is final: {body}");
-    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/explode", None, None).await;
+    let (status, _) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/explode", Some(ADMIN), None).await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
-async fn an_admin_token_guards_the_management_api_but_not_the_agents() {
-    let server = serve(Some("admin-secret")).await;
-    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", None, Some(r#"{"id": "a1"}"#)).await;
-    assert_eq!(status, 401);
+async fn the_admin_token_guards_the_management_api_and_the_page_but_not_the_agents() {
+    let server = serve().await;
+    for token in [None, Some("wrong"), Some("admin-secre")] {
+        let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", token, Some(r#"{"id": "a1"}"#)).await;
+        assert_eq!(status, 401, "{token:?}");
+    }
     let (status, body) =
-        server.send(reqwest::Method::POST, "/api/v1/agents", Some("admin-secret"), Some(r#"{"id": "a1"}"#)).await;
+        server.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(r#"{"id": "a1"}"#)).await;
     assert_eq!(status, 201);
     let agent_token = body["token"].as_str().unwrap().to_string();
-    let (status, _) = server.send(reqwest::Method::GET, "/agents/a1", None, None).await;
-    assert_eq!(status, 401, "the page too");
+    let page = server.http.get(format!("{}/agents/a1", server.url)).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 303, "the page wants a session, not a Bearer token");
+    assert_eq!(page.headers()["location"], "/sign-in?next=/agents/a1");
     let (status, _) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&agent_token), Some(EMPTY_PARTIAL)).await;
     assert_eq!(status, 201, "agents authenticate with their own token");
-    let (status, _) =
-        server.send(reqwest::Method::POST, RECONCILE_PATH, Some("admin-secret"), Some(EMPTY_PARTIAL)).await;
+    let (status, _) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(ADMIN), Some(EMPTY_PARTIAL)).await;
     assert_eq!(status, 401, "the admin token is no agent token");
+    let (status, _) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ws/stop", Some(&agent_token), None).await;
+    assert_eq!(status, 401, "an agent token is no admin token");
 }
 
 #[tokio::test]
 async fn the_page_shows_an_error_in_full_and_escaped() {
-    let server = serve(None).await;
+    let server = serve().await;
     let token = server.register("a1").await;
     let create = json!({"name": "ws", "image": "busybox:1.36"}).to_string();
-    server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", None, Some(&create)).await;
+    server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(&create)).await;
     let report = json!({"update_type": "partial", "workspace_agent_infos": [{
         "name": "ws", "namespace": "wsync-a1-ws",
         "error_details": {"error_type": "applier", "error_message": "<script>alert(1)</script> is invalid"}}]});
     let (status, _) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(&report.to_string())).await;
     assert_eq!(status, 201);
-    let html = server.http.get(format!("{}/agents/a1", server.url)).send().await.unwrap().text().await.unwrap();
+    let cookie = server.sign_in().await;
+    let page = server.http.get(format!("{}/agents/a1", server.url)).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    let html = page.text().await.unwrap();
     assert!(html.contains("<td>ws</td>") && html.contains("<td>Error</td>"), "{html}");
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; is invalid"), "{html}");
     assert!(!html.contains("<script>"), "{html}");
@@ -172,13 +203,13 @@ async fn the_page_shows_an_error_in_full_and_escaped() {
 
 #[tokio::test]
 async fn image_pull_secrets_are_validated_and_come_back_in_every_returned_info() {
-    let server = serve(None).await;
+    let server = serve().await;
     let token = server.register("agent-p").await;
     let put = |body: Value| {
         let server = &server;
         async move {
             let path = "/api/v1/agents/agent-p/image-pull-secrets";
-            server.send(reqwest::Method::PUT, path, None, Some(&body.to_string())).await
+            server.send(reqwest::Method::PUT, path, Some(ADMIN), Some(&body.to_string())).await
         }
     };
     let collision =
@@ -188,12 +219,13 @@ async fn image_pull_secrets_are_validated_and_come_back_in_every_returned_info()
     let (status, _) = put(json!({"image_pull_secrets": [{"name": "Bad_Name", "namespace": "a"}]})).await;
     assert_eq!(status, 400);
     let unknown = "/api/v1/agents/nobody/image-pull-secrets";
-    let (status, _) = server.send(reqwest::Method::PUT, unknown, None, Some(r#"{"image_pull_secrets": []}"#)).await;
+    let (status, _) =
+        server.send(reqwest::Method::PUT, unknown, Some(ADMIN), Some(r#"{"image_pull_secrets": []}"#)).await;
     assert_eq!(status, 404);
 
     let create = json!({"name": "w1", "image": "busybox:1.36"}).to_string();
     let (status, body) =
-        server.send(reqwest::Method::POST, "/api/v1/agents/agent-p/workspaces", None, Some(&create)).await;
+        server.send(reqwest::Method::POST, "/api/v1/agents/agent-p/workspaces", Some(ADMIN), Some(&create)).await;
     assert_eq!(status, 201, "{body}");
     let full = r#"{"update_type": "full", "workspace_agent_infos": []}"#;
     let partial = r#"{"update_type": "partial", "workspace_agent_infos": []}"#;
@@ -212,7 +244,7 @@ async fn image_pull_secrets_are_validated_and_come_back_in_every_returned_info()
 
 #[tokio::test]
 async fn a_full_sync_of_thousands_of_workspaces_is_not_refused_for_its_size() {
-    let server = serve(None).await;
+    let server = serve().await;
     let token = server.register("agent-big").await;
     // About 6 MB: what a full sync of 5,000 workspaces' Deployment projections weighs.
     let padding = "x".repeat(1000);
@@ -235,7 +267,7 @@ async fn a_full_sync_of_thousands_of_workspaces_is_not_refused_for_its_size() {
 #[tokio::test]
 async fn bodies_are_bounded_before_authentication() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = serve(None).await;
+    let server = serve().await;
     let address = server.url.trim_start_matches("http://").to_string();
     let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
     let (mut read, mut write) = stream.into_split();

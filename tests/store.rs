@@ -15,7 +15,7 @@ use wsync::protocol::*;
 fn pipeline() -> PipelineConfig {
     PipelineConfig {
         settings: Settings { full_reconciliation_interval_seconds: 60, partial_reconciliation_interval_seconds: 2 },
-        lifecycle: Lifecycle { max_running_ms: 3_600_000, max_stopped_ms: 3_600_000 },
+        lifecycle: Lifecycle { max_running_ms: 3_600_000, max_stopped_ms: 3_600_000, max_terminated_percent: 100 },
         label_key: "agent.gitlab.com/id".into(),
     }
 }

@@ -6,12 +6,12 @@ use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wsync::control_plane::api::{AppState, router};
+use wsync::control_plane::api::{AdminCredential, AppState, router};
 use wsync::control_plane::model::{NewWorkspace, workspace_namespace};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
-use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
+use wsync::protocol::{RECONCILE_PATH, Settings};
 
 const INFOS: usize = 50;
 const CLIENTS: usize = 8;
@@ -47,20 +47,12 @@ async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, St
         };
         store.create_workspace("bench", &new).await.map_err(|e| e.to_string())?;
     }
-    let state = Arc::new(AppState {
-        store,
-        pipeline: PipelineConfig {
-            settings: Settings {
-                full_reconciliation_interval_seconds: 3600,
-                partial_reconciliation_interval_seconds: 10,
-            },
-            lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX },
-            label_key: "agent.gitlab.com/id".into(),
-        },
-        admin_token: None,
-        reconcile_path: RECONCILE_PATH.into(),
-        prerequisites_path: PREREQUISITES_PATH.into(),
-    });
+    let pipeline = PipelineConfig {
+        settings: Settings { full_reconciliation_interval_seconds: 3600, partial_reconciliation_interval_seconds: 10 },
+        lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX, max_terminated_percent: 100 },
+        label_key: "agent.gitlab.com/id".into(),
+    };
+    let state = Arc::new(AppState::new(store, pipeline, AdminCredential::token("bench")));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let url = format!("http://{}{RECONCILE_PATH}", listener.local_addr().map_err(|e| e.to_string())?);
     let server = tokio::spawn(async move { axum::serve(listener, router(state)).await.ok() });

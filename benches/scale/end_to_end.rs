@@ -30,16 +30,13 @@ pub struct Row {
 struct Workspaces<'a> {
     url: &'a str,
     agent: &'a str,
+    admin_token: &'a str,
 }
 
 impl Workspaces<'_> {
     async fn post(&self, path: &str, body: Option<Value>) -> Value {
         let url = format!("{}/api/v1/agents/{}/workspaces{path}", self.url, self.agent);
-        let request = http().post(&url);
-        let request = match body {
-            Some(body) => request.json(&body),
-            None => request,
-        };
+        let request = http().post(&url).bearer_auth(self.admin_token).json(&body.unwrap_or_else(|| json!({})));
         let response = request.send().await.expect("control plane");
         assert!(response.status().is_success(), "POST {url}: {}", response.status());
         response.json().await.expect("json")
@@ -47,7 +44,7 @@ impl Workspaces<'_> {
 
     async fn get(&self, name: &str) -> Value {
         let url = format!("{}/api/v1/agents/{}/workspaces/{name}", self.url, self.agent);
-        http().get(&url).send().await.expect("control plane").json().await.expect("json")
+        http().get(&url).bearer_auth(self.admin_token).send().await.expect("control plane").json().await.expect("json")
     }
 
     /// N workspaces, created and stopped; returns each one's namespace and name.
@@ -80,7 +77,7 @@ pub async fn measure(n: usize, options: &Options) -> Row {
     let registered: Value =
         serde_json::from_str(&control_plane.cli(&["agents", "register", &id, "-o", "json"])).expect("json");
     let token = registered["token"].as_str().expect("a token").to_string();
-    let workspaces = Workspaces { url: &control_plane.url, agent: &id };
+    let workspaces = Workspaces { url: &control_plane.url, agent: &id, admin_token: &control_plane.admin_token };
     let started = Instant::now();
     let keys = workspaces.create_stopped(n).await;
     eprintln!("  {n} workspaces created and stopped on the control plane in {:.1?}", started.elapsed());

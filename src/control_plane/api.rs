@@ -1,52 +1,118 @@
 //! HTTP: the agent-facing protocol endpoints, the JSON API for agents and workspaces, and the
 //! server-rendered web page.
 
-use super::model::{Agent, NewWorkspace, OrphanFate, Workspace, now_ms};
+use super::access::{FrontDoor, Route, SECURITY_HEADERS};
+use super::model::{Agent, NewWorkspace, OrphanFate, Workspace};
 use super::pipeline::{self, PipelineConfig};
-use super::store::{Store, StoreError};
-use super::ui;
-use crate::protocol::{
-    DesiredState, ErrorBody, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest,
-};
+use super::store::{MAX_PAGE, Store, StoreError, hash_token};
+use super::validation::{desired_for_action, is_dns_label, validate_pull_secrets};
+use crate::protocol::{ErrorBody, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
 use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use std::sync::Arc;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+/// Who may use the management API and sign in to the page.
+#[derive(Debug, Clone)]
+pub enum AdminCredential {
+    /// The token in `--admin-token-file`, as its SHA-256.
+    File { hash: String },
+    /// The token generated on first start and stored, hashed, in the database.
+    Stored,
+}
+
+impl AdminCredential {
+    pub fn token(token: &str) -> Self {
+        Self::File { hash: hash_token(token) }
+    }
+}
 
 pub struct AppState {
     pub store: Store,
     pub pipeline: PipelineConfig,
-    /// When set, the management API and the page require `Authorization: Bearer <it>`.
-    pub admin_token: Option<String>,
+    pub admin: AdminCredential,
+    pub door: FrontDoor,
+    /// How long a page session lasts.
+    pub session_ttl_ms: i64,
     pub reconcile_path: String,
     pub prerequisites_path: String,
+}
+
+impl AppState {
+    /// A state on the protocol's standard paths, with a 12-hour session, answering to any Host.
+    pub fn new(store: Store, pipeline: PipelineConfig, admin: AdminCredential) -> Self {
+        Self {
+            store,
+            pipeline,
+            admin,
+            door: FrontDoor { allowed_hosts: Vec::new(), scheme: "http" },
+            session_ttl_ms: 12 * 3_600_000,
+            reconcile_path: crate::protocol::RECONCILE_PATH.into(),
+            prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
+        }
+    }
+
+    /// Whether `token` is the admin token.
+    pub async fn is_admin(&self, token: &str) -> Result<bool, ApiError> {
+        Ok(match &self.admin {
+            AdminCredential::File { hash } => super::store::same_secret(hash, &hash_token(token)),
+            AdminCredential::Stored => self.store.is_admin_token(token).await?,
+        })
+    }
 }
 
 /// The largest body of a management request or a page form.
 pub const MAX_MANAGEMENT_BODY_BYTES: usize = 64 * 1024;
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let agents = Router::new()
         .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
+        .route("/healthz", get(healthz));
+    let management = Router::new()
         .route("/api/v1/agents", post(register_agent))
+        .route("/api/v1/agents/{agent}/rotate-token", post(rotate_token))
+        .route("/api/v1/agents/{agent}/revoke", post(revoke_agent))
         .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
         .route("/api/v1/agents/{agent}/orphans", get(list_orphans))
         .route("/api/v1/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
-        .route("/agents/{agent}", get(agent_page))
-        .route("/agents/{agent}/orphans/{namespace}/{name}/{action}", post(page_orphan_action))
-        .route("/agents/{agent}/workspaces/{name}/{action}", post(page_action))
-        .route("/healthz", get(healthz))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), front_door::<{ API }>));
+    let mut app = agents
+        .merge(management)
+        .merge(super::page::router(state.clone()))
         // Every body but a reconcile's (read by hand, after its token) is small.
-        .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES));
+    for (name, value) in SECURITY_HEADERS {
+        app = app.layer(SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value)));
+    }
+    app.with_state(state)
+}
+
+const API: u8 = 0;
+pub(super) const PAGE: u8 = 1;
+
+/// The front door ([`FrontDoor::judge`]) for a router of one [`Route`] kind.
+pub(super) async fn front_door<const ROUTE: u8>(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = if ROUTE == PAGE { Route::Page } else { Route::Api };
+    let authority = request.uri().authority().map(|a| a.as_str());
+    match state.door.judge(route, request.method(), authority, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            tracing::info!(method = %request.method(), path = %request.uri().path(), ?refusal, "refused at the front door");
+            ApiError(refusal.status(), refusal.message().into()).into_response()
+        }
+    }
 }
 
 /// 200 while the database answers and its writer runs; 503 with the reason otherwise.
@@ -58,7 +124,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// An error answer: its status and `{"error": …}`.
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub StatusCode, pub String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -80,15 +146,15 @@ impl From<StoreError> for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-fn bad_request(message: impl Into<String>) -> ApiError {
+pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, message.into())
 }
 
-fn not_found(message: impl Into<String>) -> ApiError {
+pub(super) fn not_found(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::NOT_FOUND, message.into())
 }
 
-fn unauthorized() -> ApiError {
+pub(super) fn unauthorized() -> ApiError {
     ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into())
 }
 
@@ -106,12 +172,10 @@ async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Age
     state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
 }
 
-fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    use subtle::ConstantTimeEq;
-    let Some(expected) = &state.admin_token else { return Ok(()) };
-    // In constant time: how much of a guess matches must not show in the answer's timing.
-    let given = bearer(headers).unwrap_or_default();
-    if bool::from(expected.as_bytes().ct_eq(given.as_bytes())) { Ok(()) } else { Err(unauthorized()) }
+/// The JSON API's admin check: a Bearer token, never the page's cookie.
+async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = bearer(headers).ok_or_else(unauthorized)?;
+    if state.is_admin(given).await? { Ok(()) } else { Err(unauthorized()) }
 }
 
 /// The token is checked before a byte of the body is read: an unauthenticated 64 MiB upload
@@ -142,12 +206,12 @@ struct RegisterAgent {
 }
 
 async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    authorize_admin(&state, &headers)?;
+    authorize_admin(&state, &headers).await?;
     let request: RegisterAgent = parse(&body)?;
     if !is_dns_label(&request.id) {
         return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
     }
-    validate_pull_secrets(&request.image_pull_secrets)?;
+    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
     let token = state.store.create_agent(&request.id, &request.image_pull_secrets).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
 }
@@ -163,65 +227,84 @@ async fn set_image_pull_secrets(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
-    authorize_admin(&state, &headers)?;
+    authorize_admin(&state, &headers).await?;
     let request: SetImagePullSecrets = parse(&body)?;
-    validate_pull_secrets(&request.image_pull_secrets)?;
+    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
     if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
         return Err(ApiError(StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
     }
     Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
 }
 
-/// Names and namespaces must be DNS names, and one name may come from one namespace only:
-/// every copy lands in the workspace namespace under the source's name.
-fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), ApiError> {
-    let mut names = std::collections::HashMap::new();
-    for secret in secrets {
-        if !is_dns_subdomain(&secret.name) || secret.namespace.contains('.') || !is_dns_subdomain(&secret.namespace) {
-            return Err(bad_request("image pull secrets need a DNS name and namespace"));
-        }
-        if let Some(other) = names.insert(&secret.name, &secret.namespace)
-            && *other != secret.namespace
-        {
-            return Err(bad_request(format!(
-                "image pull secret {} is named in both {other} and {}",
-                secret.name, secret.namespace
-            )));
-        }
-    }
-    Ok(())
-}
-
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 40
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    let label = |l: &str| {
-        (1..=63).contains(&l.len())
-            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    s.len() <= 253 && s.split('.').all(label)
-}
-
 async fn known_agent(state: &AppState, headers: &HeaderMap, agent: &str) -> Result<(), ApiError> {
-    authorize_admin(state, headers)?;
+    authorize_admin(state, headers).await?;
+    exists(state, agent).await
+}
+
+pub(super) async fn exists(state: &AppState, agent: &str) -> Result<(), ApiError> {
     if state.store.agent_exists(agent).await? { Ok(()) } else { Err(not_found(format!("no agent {agent:?}"))) }
 }
 
+/// `?after=<name>&limit=<n>`: one page of workspaces in name order.
+#[derive(serde::Deserialize, Default)]
+pub(super) struct PageQuery {
+    #[serde(default)]
+    pub after: String,
+    pub limit: Option<usize>,
+}
+
+/// One page; when more follow, `Link: <…?after=last>; rel="next"` says where.
 async fn list_workspaces(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(agent): Path<String>,
+    Query(page): Query<PageQuery>,
 ) -> ApiResult {
     known_agent(&state, &headers, &agent).await?;
-    Ok(Json(state.store.workspaces(&agent).await?).into_response())
+    let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
+    let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
+    let mut response = Json(&workspaces).into_response();
+    if let Some(last) = workspaces.last().filter(|_| workspaces.len() == limit) {
+        let link = format!("</api/v1/agents/{agent}/workspaces?after={}&limit={limit}>; rel=\"next\"", last.name);
+        if let Ok(value) = HeaderValue::from_str(&link) {
+            response.headers_mut().insert(header::LINK, value);
+        }
+    }
+    Ok(response)
+}
+
+#[derive(serde::Deserialize)]
+struct Rotation {
+    /// How long the replaced token keeps working.
+    #[serde(default = "default_grace_seconds")]
+    grace_seconds: u64,
+}
+
+fn default_grace_seconds() -> u64 {
+    3600
+}
+
+async fn rotate_token(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let rotation: Rotation = parse(&body)?;
+    let grace_ms = i64::try_from(rotation.grace_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let token = state.store.rotate_agent_token(&agent, grace_ms).await?;
+    let token = token.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
+    Ok(Json(serde_json::json!({ "id": agent, "token": token, "previous_token_valid_seconds": rotation.grace_seconds }))
+        .into_response())
+}
+
+async fn revoke_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    if !state.store.revoke_agent(&agent).await? {
+        return Err(not_found(format!("no agent {agent:?}")));
+    }
+    Ok(Json(serde_json::json!({ "id": agent, "revoked": true })).into_response())
 }
 
 async fn create_workspace(
@@ -246,28 +329,17 @@ async fn get_workspace(
     headers: HeaderMap,
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize_admin(&state, &headers)?;
+    authorize_admin(&state, &headers).await?;
     let workspace = state.store.workspace(&agent, &name).await?;
     let workspace = workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))?;
     Ok(Json(workspace).into_response())
 }
 
-pub fn desired_for_action(action: &str) -> Option<DesiredState> {
-    match action {
-        "start" => Some(DesiredState::Running),
-        "stop" => Some(DesiredState::Stopped),
-        "restart" => Some(DesiredState::RestartRequested),
-        "terminate" => Some(DesiredState::Terminated),
-        _ => None,
-    }
-}
-
-async fn set_desired(
+/// Set a workspace's desired state by an action's name; the caller has authorized it.
+pub(super) async fn set_desired(
     state: &AppState,
-    headers: &HeaderMap,
     (agent, name, action): (String, String, String),
 ) -> Result<Workspace, ApiError> {
-    authorize_admin(state, headers)?;
     let desired = desired_for_action(&action)
         .ok_or_else(|| not_found(format!("unknown action {action:?}; use start, stop, restart or terminate")))?;
     let workspace = state.store.set_desired(&agent, &name, desired).await?;
@@ -279,14 +351,8 @@ async fn workspace_action(
     headers: HeaderMap,
     Path(target): Path<(String, String, String)>,
 ) -> ApiResult {
-    Ok(Json(set_desired(&state, &headers, target).await?).into_response())
-}
-
-async fn agent_page(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
-    known_agent(&state, &headers, &agent).await?;
-    let workspaces = state.store.workspaces(&agent).await?;
-    let orphans = state.store.orphans(&agent).await?;
-    Ok(axum::response::Html(ui::agent_page(&agent, &workspaces, &orphans, now_ms())).into_response())
+    authorize_admin(&state, &headers).await?;
+    Ok(Json(set_desired(&state, target).await?).into_response())
 }
 
 async fn list_orphans(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
@@ -300,14 +366,14 @@ struct Adoption {
     image: String,
 }
 
-/// `adopt` (with the image it runs, which the agent's report does not carry) or `terminate`.
-async fn settle_orphan(
+/// `adopt` (with the image it runs, which the agent's report does not carry) or `terminate`;
+/// the caller has authorized it.
+pub(super) async fn settle_orphan(
     state: &AppState,
-    headers: &HeaderMap,
     (agent, namespace, name, action): (String, String, String, String),
     image: String,
 ) -> Result<Workspace, ApiError> {
-    known_agent(state, headers, &agent).await?;
+    exists(state, &agent).await?;
     let fate = match action.as_str() {
         "adopt" if image.trim().is_empty() => return Err(bad_request("adopting needs the image the workspace runs")),
         "adopt" => OrphanFate::Adopt { image: image.trim().to_string() },
@@ -324,27 +390,7 @@ async fn orphan_action(
     Path(target): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
     let adoption: Adoption = if body.is_empty() { Adoption::default() } else { parse(&body)? };
-    Ok(Json(settle_orphan(&state, &headers, target, adoption.image).await?).into_response())
-}
-
-async fn page_orphan_action(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(target): Path<(String, String, String, String)>,
-    axum::extract::Form(adoption): axum::extract::Form<Adoption>,
-) -> ApiResult {
-    let agent = target.0.clone();
-    settle_orphan(&state, &headers, target, adoption.image).await?;
-    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
-}
-
-async fn page_action(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(target): Path<(String, String, String)>,
-) -> ApiResult {
-    let agent = target.0.clone();
-    set_desired(&state, &headers, target).await?;
-    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+    Ok(Json(settle_orphan(&state, target, adoption.image).await?).into_response())
 }

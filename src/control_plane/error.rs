@@ -16,6 +16,14 @@ pub enum Error {
     Listen { address: std::net::SocketAddr, source: std::io::Error },
     #[error("serving: {0}")]
     Serve(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error(
+        "refusing to serve plain HTTP on {address}, which is not loopback: agent and admin tokens would cross \
+         the network in clear. Give --tls-cert-file and --tls-key-file, or --allow-insecure-http behind a \
+         proxy that terminates TLS"
+    )]
+    InsecureListen { address: std::net::SocketAddr },
 }
 
 impl Error {
@@ -26,6 +34,8 @@ impl Error {
             Error::Database { .. } => "DatabaseUnavailable",
             Error::Listen { .. } => "ListenFailed",
             Error::Serve(_) => "ServeFailed",
+            Error::Tls(_) => "TlsUnusable",
+            Error::InsecureListen { .. } => "InsecureListen",
         }
     }
 }

@@ -1,13 +1,17 @@
 //! The reference control plane (DESIGN §3): it plays GitLab Rails' part of the protocol.
 
+pub mod access;
 pub mod api;
 pub mod config_builder;
 pub mod error;
 pub mod model;
+pub mod page;
 pub mod pipeline;
 pub mod rules;
+pub mod server;
 pub mod store;
 pub mod ui;
+pub mod validation;
 
 use crate::protocol::Settings;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
@@ -27,10 +31,57 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_DATABASE_URL", default_value = "sqlite://wsync-control-plane.db")]
     pub database_url: String,
 
-    /// File holding the token that the management API and the page require. Without it they
-    /// are open: keep the listen address on loopback then.
+    /// File holding the token that the management API and the page's sign-in require.
+    /// Without it, the control plane generates one on first start, stores it hashed in its
+    /// database, and prints it once.
     #[arg(long, env = "WSYNC_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+
+    /// Replace the stored admin token with a new one, print it, and sign every session out:
+    /// the way back in after losing it.
+    #[arg(long)]
+    pub new_admin_token: bool,
+
+    /// PEM certificate chain to serve TLS with (with --tls-key-file).
+    #[arg(long, env = "WSYNC_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, env = "WSYNC_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Serve plain HTTP on an address that is not loopback (behind a proxy that terminates TLS).
+    #[arg(long, env = "WSYNC_ALLOW_INSECURE_HTTP")]
+    pub allow_insecure_http: bool,
+
+    /// `host[:port]` the page and the management API answer to, besides the loopback names
+    /// when listening on loopback; repeatable. Without any, a non-loopback server answers to
+    /// every Host.
+    #[arg(long = "allowed-host", env = "WSYNC_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// How long a signed-in page session lasts.
+    #[arg(long, env = "WSYNC_SESSION_TTL", default_value = "12h", value_parser = parse_duration)]
+    pub session_ttl: std::time::Duration,
+
+    /// A request's head must arrive within this, and a kept-alive connection closes after
+    /// this long idle; a TLS handshake too.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+
+    /// A request's body must arrive within this.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub body_timeout: std::time::Duration,
+
+    /// Open connections at most; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// The share of an agent's workspaces the lifecycle rules may terminate in one reconcile,
+    /// in percent (at least one is always allowed); the rest wait for later reconciles.
+    #[arg(long, env = "WSYNC_LIFECYCLE_MAX_TERMINATED_PERCENT", default_value_t = 10,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub lifecycle_max_terminated_percent: u8,
 
     #[arg(long, env = "WSYNC_FULL_RECONCILIATION_INTERVAL_SECONDS", default_value_t = 3600)]
     pub full_reconciliation_interval_seconds: u64,
@@ -57,31 +108,59 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         partial_reconciliation_interval_seconds: args.partial_reconciliation_interval_seconds,
     };
     settings.validate().map_err(Error::Settings)?;
-    let admin_token = args.admin_token_file.as_deref().map(read_token_file).transpose()?;
+    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => Some(server::tls_config(cert, key)?),
+        _ => None,
+    };
+    if tls.is_none() && !args.listen.ip().is_loopback() && !args.allow_insecure_http {
+        return Err(Error::InsecureListen { address: args.listen });
+    }
     let store = store::Store::connect(&args.database_url)
         .await
         .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
+    let admin = match args.admin_token_file.as_deref() {
+        Some(path) => api::AdminCredential::token(&read_token_file(path)?),
+        None => {
+            let generated = store
+                .ensure_admin_token(args.new_admin_token)
+                .await
+                .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
+            if let Some(token) = generated {
+                // On stdout, once, as `agents register` shows an agent's token; never logged.
+                println!("admin token (shown once; sign in with it, or give it to the CLI): {token}");
+            }
+            api::AdminCredential::Stored
+        }
+    };
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let state = Arc::new(api::AppState {
-        store,
-        pipeline: pipeline::PipelineConfig {
-            settings,
-            lifecycle: rules::Lifecycle {
-                max_running_ms: millis(args.max_running),
-                max_stopped_ms: millis(args.max_stopped),
-            },
-            label_key: args.workspace_label_key.clone(),
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut allowed_hosts = access::loopback_hosts(args.listen);
+    allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+    let pipeline = pipeline::PipelineConfig {
+        settings,
+        lifecycle: rules::Lifecycle {
+            max_running_ms: millis(args.max_running),
+            max_stopped_ms: millis(args.max_stopped),
+            max_terminated_percent: args.lifecycle_max_terminated_percent,
         },
-        admin_token,
-        reconcile_path: crate::protocol::RECONCILE_PATH.into(),
-        prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
+        label_key: args.workspace_label_key.clone(),
+    };
+    let state = Arc::new(api::AppState {
+        door: access::FrontDoor { allowed_hosts, scheme },
+        session_ttl_ms: millis(args.session_ttl),
+        ..api::AppState::new(store, pipeline, admin)
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen { address: args.listen, source })?;
-    tracing::info!(listen = %args.listen, database = %redact(&args.database_url), "control plane serving");
-    axum::serve(listener, api::router(state)).with_graceful_shutdown(shutdown_signal()).await.map_err(Error::Serve)?;
-    Ok(())
+    tracing::info!(listen = %args.listen, %scheme, database = %redact(&args.database_url), "control plane serving");
+    let options = server::ServeOptions {
+        tls,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        max_connections: args.max_connections,
+    };
+    server::serve(listener, api::router(state), options, shutdown_signal()).await
 }
 
 /// A database URL without its password, for logs.

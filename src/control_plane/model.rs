@@ -74,6 +74,14 @@ pub struct NewWorkspace {
     pub env: BTreeMap<String, String>,
 }
 
+/// A signed-in browser's session: its CSRF token, and when it ends. The cookie that names it
+/// is shown once, to the browser, and stored as its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub csrf_token: String,
+    pub expires_at: i64,
+}
+
 /// Milliseconds since the epoch, strictly increasing within this process: "changed since the
 /// agent last heard" compares these, and two writes in one millisecond must still be ordered.
 pub fn now_ms() -> i64 {
@@ -85,6 +93,32 @@ pub fn now_ms() -> i64 {
         })
         .unwrap_or(wall);
     wall.max(previous + 1)
+}
+
+/// Where the store's timestamps come from: the system clock, or one a test sets. Every
+/// timestamp the store writes or compares comes from one of these.
+#[derive(Clone)]
+pub struct Clock(std::sync::Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    pub fn system() -> Self {
+        Self(std::sync::Arc::new(now_ms))
+    }
+
+    /// A clock that reads `now` (milliseconds since the epoch), for tests.
+    pub fn from_fn(now: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(now))
+    }
+
+    pub fn now(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
 }
 
 /// An enum as its wire spelling (`Running`, `applier`): how states are stored and shown.

@@ -121,21 +121,7 @@ pub fn decide(
         reported.insert(i);
         touched.insert(i);
     }
-    for (i, workspace) in workspaces.iter_mut().enumerate() {
-        let next = rules::next_desired(
-            workspace.desired_state,
-            workspace.actual_state,
-            workspace.desired_state_updated_at,
-            now,
-            &config.lifecycle,
-        );
-        if let Some(desired) = next {
-            tracing::info!(agent = %agent.id, workspace = %workspace.name, from = ?workspace.desired_state, to = ?desired, "desired state changed by the lifecycle rules");
-            workspace.desired_state = desired;
-            workspace.desired_state_updated_at = now;
-            touched.insert(i);
-        }
-    }
+    apply_lifecycle(workspaces, agent, config, now, &mut touched);
 
     for (i, workspace) in workspaces.iter_mut().enumerate() {
         let selection = Selection {
@@ -173,6 +159,48 @@ pub fn decide(
         touched: touched.into_iter().collect(),
         orphans,
     })
+}
+
+/// The lifecycle rules, with terminations bounded by [`Lifecycle::termination_budget`]: the
+/// longest-stopped go first, the rest wait for a later reconcile, and the wait is logged.
+fn apply_lifecycle(
+    workspaces: &mut [Workspace],
+    agent: &Agent,
+    config: &PipelineConfig,
+    now: i64,
+    touched: &mut BTreeSet<usize>,
+) {
+    let mut changes: Vec<(usize, DesiredState)> = workspaces
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            rules::next_desired(w.desired_state, w.actual_state, w.desired_state_updated_at, now, &config.lifecycle)
+                .map(|desired| (i, desired))
+        })
+        .collect();
+    changes.sort_by_key(|&(i, _)| workspaces[i].desired_state_updated_at);
+    let budget = config.lifecycle.termination_budget(workspaces.len());
+    let mut terminations = 0usize;
+    let mut deferred = 0usize;
+    for (i, desired) in changes {
+        if desired == DesiredState::Terminated {
+            if terminations >= budget {
+                deferred += 1;
+                continue;
+            }
+            terminations += 1;
+        }
+        let workspace = &mut workspaces[i];
+        tracing::info!(agent = %agent.id, workspace = %workspace.name, from = ?workspace.desired_state, to = ?desired, "desired state changed by the lifecycle rules");
+        workspace.desired_state = desired;
+        workspace.desired_state_updated_at = now;
+        touched.insert(i);
+    }
+    if deferred > 0 {
+        tracing::warn!(agent = %agent.id, terminated = terminations, waiting = deferred, budget,
+            "the lifecycle rules would terminate more workspaces than one reconcile may; the rest wait \
+             (a clock that jumped ahead? see --lifecycle-max-terminated-percent)");
+    }
 }
 
 fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec {

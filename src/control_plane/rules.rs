@@ -120,6 +120,18 @@ impl Selection {
 pub struct Lifecycle {
     pub max_running_ms: i64,
     pub max_stopped_ms: i64,
+    /// The share of an agent's workspaces that the rules may terminate in one reconcile, in
+    /// percent; at least one is always allowed. A clock that jumps ahead would otherwise end
+    /// every stopped workspace at once.
+    pub max_terminated_percent: u8,
+}
+
+impl Lifecycle {
+    /// How many of `workspaces` the rules may terminate in one reconcile.
+    pub fn termination_budget(&self, workspaces: usize) -> usize {
+        let share = workspaces.saturating_mul(usize::from(self.max_terminated_percent.min(100))) / 100;
+        share.max(1)
+    }
 }
 
 /// The desired state after the lifecycle rules and the restart flow, if it changes.

@@ -1,4 +1,5 @@
-//! The server-rendered page for one agent's workspaces. Every value is escaped.
+//! The server-rendered pages: sign-in, the agents, and one agent's workspaces. Every value is
+//! escaped, every form carries the session's CSRF token, and no page has a script.
 
 use super::model::{Orphan, Workspace, state_text};
 use std::fmt::Write;
@@ -28,11 +29,69 @@ fn ago(now: i64, at: Option<i64>) -> String {
     }
 }
 
+/// The hidden field every state-changing form carries.
+fn csrf_field(csrf: &str) -> String {
+    format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">", escape(csrf))
+}
+
+const STYLE: &str = "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;width:100%}\
+th,td{text-align:left;padding:.3em .6em;border-bottom:1px solid #ddd;vertical-align:top}\
+tr.details td{border-bottom:2px solid #999}.actions form{display:inline}\
+.error{background:#fee;border:1px solid #c00;padding:.4em}.error pre{white-space:pre-wrap;margin:.3em 0}\
+.stale{color:#666;font-style:italic;margin:0}header form{float:right}</style>";
+
+fn document(title: &str, refresh: bool, body: &str) -> String {
+    let refresh = if refresh { "<meta http-equiv=\"refresh\" content=\"5\">" } else { "" };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>{refresh}{STYLE}</head>\
+         <body>{body}</body></html>\n",
+        escape(title)
+    )
+}
+
+fn sign_out_form(csrf: &str) -> String {
+    format!(
+        "<header><form method=\"post\" action=\"/sign-out\">{}<button type=\"submit\">Sign out</button></form></header>",
+        csrf_field(csrf)
+    )
+}
+
+/// The sign-in form; `next` is where it goes after.
+pub fn sign_in_page(next: &str, problem: Option<&str>) -> String {
+    let problem = problem.map(|p| format!("<p class=\"error\">{}</p>", escape(p))).unwrap_or_default();
+    document(
+        "wsync: sign in",
+        false,
+        &format!(
+            "<h1>Sign in</h1>{problem}<p>Paste the admin token: the control plane printed it on its first start \
+             (or read it from <code>--admin-token-file</code>).</p>\
+             <form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
+             <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus>\
+             <button type=\"submit\">Sign in</button></form>",
+            escape(next)
+        ),
+    )
+}
+
+/// The agents this control plane knows.
+pub fn index_page(agents: &[String], csrf: &str) -> String {
+    let mut items = String::new();
+    for agent in agents {
+        let agent = escape(agent);
+        let _ = write!(items, "<li><a href=\"/agents/{agent}\">{agent}</a></li>");
+    }
+    if agents.is_empty() {
+        items.push_str("<li>No agents yet. Register one with <code>wsync agents register</code>.</li>");
+    }
+    document("wsync: agents", false, &format!("{}<h1>Agents</h1><ul>{items}</ul>", sign_out_form(csrf)))
+}
+
 /// The orphans section: workspaces the agent reports that this control plane does not know.
-fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64) -> String {
+fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64, csrf: &str) -> String {
     if orphans.is_empty() {
         return String::new();
     }
+    let csrf = csrf_field(csrf);
     let mut rows = String::new();
     for o in orphans {
         let (namespace, name) = (escape(&o.namespace), escape(&o.name));
@@ -40,9 +99,9 @@ fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64) -> String {
         let _ = writeln!(
             rows,
             "<tr><td>{name}</td><td>{namespace}</td><td>{}</td><td>{}</td><td class=\"actions\">\
-             <form method=\"post\" action=\"{target}/adopt\"><input name=\"image\" placeholder=\"image it runs\" required>\
+             <form method=\"post\" action=\"{target}/adopt\">{csrf}<input name=\"image\" placeholder=\"image it runs\" required>\
              <button type=\"submit\">Adopt</button></form>\
-             <form method=\"post\" action=\"{target}/terminate\"><button type=\"submit\">Terminate</button></form></td></tr>",
+             <form method=\"post\" action=\"{target}/terminate\">{csrf}<button type=\"submit\">Terminate</button></form></td></tr>",
             ago(now, Some(o.first_seen)),
             ago(now, Some(o.last_seen)),
         );
@@ -55,8 +114,20 @@ fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64) -> String {
     )
 }
 
-pub fn agent_page(agent: &str, workspaces: &[Workspace], orphans: &[Orphan], now: i64) -> String {
+/// What one agent's page shows: a page of its workspaces, and its orphans.
+pub struct AgentView<'a> {
+    pub agent: &'a str,
+    pub workspaces: &'a [Workspace],
+    /// The last name shown, when more workspaces follow.
+    pub more: Option<&'a str>,
+    pub orphans: &'a [Orphan],
+    pub csrf: &'a str,
+}
+
+pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
+    let (agent, workspaces) = (view.agent, view.workspaces);
     let agent_html = escape(agent);
+    let csrf = csrf_field(view.csrf);
     let mut rows = String::new();
     for w in workspaces {
         let error = match &w.error {
@@ -87,7 +158,7 @@ pub fn agent_page(agent: &str, workspaces: &[Workspace], orphans: &[Orphan], now
         {
             let _ = write!(
                 buttons,
-                "<form method=\"post\" action=\"/agents/{agent_html}/workspaces/{name}/{action}\"><button type=\"submit\">{label}</button></form>"
+                "<form method=\"post\" action=\"/agents/{agent_html}/workspaces/{name}/{action}\">{csrf}<button type=\"submit\">{label}</button></form>"
             );
         }
         let _ = write!(
@@ -105,19 +176,18 @@ pub fn agent_page(agent: &str, workspaces: &[Workspace], orphans: &[Orphan], now
             "<tr><td colspan=\"6\">No workspaces yet. Create one with <code>wsync workspaces create</code>.</td></tr>",
         );
     }
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>wsync: agent {agent_html}</title>\
-<meta http-equiv=\"refresh\" content=\"5\">\
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;width:100%}}\
-th,td{{text-align:left;padding:.3em .6em;border-bottom:1px solid #ddd;vertical-align:top}}\
-tr.details td{{border-bottom:2px solid #999}}.actions form{{display:inline}}\
-.error{{background:#fee;border:1px solid #c00;padding:.4em}}.error pre{{white-space:pre-wrap;margin:.3em 0}}\
-.stale{{color:#666;font-style:italic;margin:0}}</style></head>\
-<body><h1>Workspaces of agent {agent_html}</h1>\
-<table><thead><tr><th>Workspace</th><th>Namespace</th><th>Desired</th><th>Actual</th><th>Last report</th><th></th></tr></thead>\
-<tbody>\n{rows}</tbody></table>{}</body></html>\n",
-        orphans_section(&agent_html, orphans, now)
-    )
+    let more = view
+        .more
+        .map(|last| format!("<p><a href=\"/agents/{agent_html}?after={}\">Next page</a></p>", escape(last)))
+        .unwrap_or_default();
+    let body = format!(
+        "{}<h1>Workspaces of agent {agent_html}</h1>\
+         <table><thead><tr><th>Workspace</th><th>Namespace</th><th>Desired</th><th>Actual</th><th>Last report</th><th></th></tr></thead>\
+         <tbody>\n{rows}</tbody></table>{more}{}",
+        sign_out_form(view.csrf),
+        orphans_section(&agent_html, view.orphans, now, view.csrf)
+    );
+    document(&format!("wsync: agent {agent}"), true, &body)
 }
 
 #[cfg(test)]
@@ -142,11 +212,23 @@ mod tests {
             first_seen: 0,
             last_seen: 60_000,
         };
-        let page = agent_page("a1", &[], &[orphan], 120_000);
+        let orphans = [orphan];
+        let view = AgentView { agent: "a1", workspaces: &[], more: None, orphans: &orphans, csrf: "t0k\"" };
+        let page = agent_page(&view, 120_000);
         assert!(page.contains("<h2>Orphans</h2>"));
         assert!(page.contains("/agents/a1/orphans/old-ns/&lt;b&gt;old&lt;/b&gt;/adopt"), "{page}");
         assert!(page.contains("/terminate\"") && !page.contains("<b>old</b>"));
-        assert!(!agent_page("a1", &[], &[], 0).contains("Orphans"), "no section without orphans");
+        let forms = page.matches("<form method=\"post\"").count();
+        assert_eq!(
+            page.matches("name=\"csrf\" value=\"t0k&quot;\"").count(),
+            forms,
+            "every form carries the CSRF token"
+        );
+        let view = AgentView { orphans: &[], more: Some("w-99"), ..view };
+        let page = agent_page(&view, 0);
+        assert!(!page.contains("Orphans"), "no section without orphans");
+        assert!(page.contains("href=\"/agents/a1?after=w-99\""), "a next page when more follow");
+        assert!(!page.contains("<script"));
     }
 
     #[test]

@@ -60,8 +60,11 @@ async fn a_rejected_config_shows_the_apiservers_message_and_survives_a_restart()
     let table = system.cli(&["list"]);
     assert!(table.contains("applier error:") && table.contains("1BAD"), "{table}");
 
-    // What a person sees on the page, rendered by a real browser.
-    let page = chromium_dom(&format!("{}/agents/{}", system.control_plane.url, system.id));
+    // What a person sees on the page, rendered by a real browser, signed in.
+    let mut browser = browser::Browser::launch();
+    let agent_page = format!("/agents/{}", system.id);
+    browser.sign_in_to(&system.control_plane.url, &system.control_plane.admin_token, &agent_page);
+    let page = browser.html();
     assert!(page.contains("Workspaces of agent"), "{page}");
     assert!(page.contains("bob") && page.contains("carol"), "{page}");
     assert!(page.contains("1BAD"), "the error message in full: {page}");
@@ -83,30 +86,27 @@ async fn a_rejected_config_shows_the_apiservers_message_and_survives_a_restart()
             .collect()
     };
     assert_eq!(strip(&before), strip(&after));
-    // And the agent keeps syncing with it.
-    system.cli(&["stop", "carol"]);
+    // And the agent keeps syncing with it: Stop, pressed in the browser, reaches the cluster,
+    // and the page shows it.
+    browser.goto(&format!("{}{agent_page}", system.control_plane.url));
+    browser
+        .act(&format!("document.querySelector('form[action=\"{agent_page}/workspaces/carol/stop\"] button').click()"));
     system.wait_actual("carol", "Stopped").await;
+    browser.wait_until(
+        "the page shows carol Stopped",
+        "[...document.querySelectorAll('tbody tr')].some(r => r.cells.length > 3 && r.cells[0].innerText === 'carol' \
+         && r.cells[3].innerText === 'Stopped')",
+    );
 }
 
-/// The page's DOM after a real browser loaded it.
-fn chromium_dom(url: &str) -> String {
-    let profile = tempfile::tempdir().expect("profile dir");
-    let out = std::process::Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            &format!("--user-data-dir={}", profile.path().display()),
-            "--dump-dom",
-            url,
-        ])
-        .output()
-        .expect("chromium is installed (hack/install-prerequisites.sh installs it)");
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
+/// The control plane serves TLS with a throw-away CA; the agent trusts it with
+/// `--control-plane-ca-file` and syncs over it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_syncs_over_tls() {
+    let system = System::start_over_tls("e2e-tls").await;
+    assert!(system.control_plane.url.starts_with("https://"));
+    system.cli(&["create", "dora", "--image", "busybox:1.36"]);
+    system.wait_actual("dora", "Running").await;
+    system.cli(&["stop", "dora"]);
+    system.wait_actual("dora", "Stopped").await;
 }

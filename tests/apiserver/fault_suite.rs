@@ -283,11 +283,7 @@ async fn a_postgresql_restart_loses_no_stop() {
     let back = Instant::now();
     // The control plane's pool reconnects; the first call after the restart may fail once.
     eventually("the Stop accepted", LONG, || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
-            .args(["workspaces", "--agent", &system.id, "stop", "frank"])
-            .env("WSYNC_SERVER", &system.control_plane.url)
-            .output()
-            .ok()?;
+        let out = system.control_plane.try_cli(&["workspaces", "--agent", &system.id, "stop", "frank"]);
         out.status.success().then_some(())
     })
     .await;

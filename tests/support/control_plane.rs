@@ -2,7 +2,7 @@
 
 use super::{free_port, http_ok};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The real `wsync control-plane`, as a child process.
@@ -11,10 +11,44 @@ pub struct ControlPlaneProcess {
     args: Vec<String>,
     pub url: String,
     log: PathBuf,
+    /// What the process printed on stdout (the generated admin token, on a first start).
+    stdout: PathBuf,
+    /// The admin token, and the file the process and the CLI read it from.
+    pub admin_token: String,
+    pub admin_token_file: PathBuf,
+    /// The CA that signed its certificate, when it serves TLS.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl ControlPlaneProcess {
+    /// A control plane with an admin token in a file beside its log.
     pub fn start(database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
+        let admin_token = format!("admin-{}", free_port());
+        let admin_token_file = log.with_extension("admin-token");
+        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
+        let file = admin_token_file.display().to_string();
+        Self::start_bare(database_url, log, &[&["--admin-token-file", &file], extra].concat(), admin_token)
+    }
+
+    /// Serving TLS with a certificate of `tls`'s throw-away CA, which the CLI trusts.
+    pub fn start_tls(database_url: &str, log: PathBuf, tls: &super::tls::Tls, extra: &[&str]) -> Self {
+        let (cert, key) = (tls.cert.display().to_string(), tls.key.display().to_string());
+        let tls_args = ["--tls-cert-file", &cert, "--tls-key-file", &key];
+        let admin_token = format!("admin-{}", free_port());
+        let admin_token_file = log.with_extension("admin-token");
+        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
+        let file = admin_token_file.display().to_string();
+        let args = [&tls_args[..], &["--admin-token-file", &file], extra].concat();
+        Self::launch(database_url, log, &args, admin_token, Some(tls.ca.clone()))
+    }
+
+    /// A control plane with exactly `extra`: without `--admin-token-file` it generates its
+    /// admin token and prints it, which [`Self::printed`] shows.
+    pub fn start_bare(database_url: &str, log: PathBuf, extra: &[&str], admin_token: String) -> Self {
+        Self::launch(database_url, log, extra, admin_token, None)
+    }
+
+    fn launch(database_url: &str, log: PathBuf, extra: &[&str], admin_token: String, ca_file: Option<PathBuf>) -> Self {
         let port = free_port();
         let mut args: Vec<String> = vec![
             "control-plane".into(),
@@ -24,25 +58,49 @@ impl ControlPlaneProcess {
             database_url.into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut process = Self { child: None, args, url: format!("http://127.0.0.1:{port}"), log };
+        let admin_token_file = log.with_extension("admin-token");
+        let stdout = log.with_extension("stdout");
+        let scheme = if ca_file.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{port}");
+        let mut process = Self { child: None, args, url, log, stdout, admin_token, admin_token_file, ca_file };
         process.spawn();
         process
     }
 
+    /// Everything the process printed on stdout, across restarts.
+    pub fn printed(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("control-plane log");
+        let stdout = std::fs::OpenOptions::new().create(true).append(true).open(&self.stdout).expect("stdout file");
         let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
             .args(&self.args)
             .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .spawn()
             .expect("spawn wsync control-plane");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !http_ok(&format!("{}/healthz", self.url)) {
+        while !self.healthy() {
             assert!(Instant::now() < deadline, "the control plane did not come up:\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether `/healthz` answers 200 (over TLS with the CA, when it serves TLS).
+    pub fn healthy(&self) -> bool {
+        let url = format!("{}/healthz", self.url);
+        match &self.ca_file {
+            None => http_ok(&url),
+            Some(ca) => Command::new("curl")
+                .args(["-fs", "-o", "/dev/null", "--max-time", "2", "--cacert"])
+                .arg(ca)
+                .arg(&url)
+                .status()
+                .is_ok_and(|s| s.success()),
         }
     }
 
@@ -66,13 +124,19 @@ impl ControlPlaneProcess {
 
     /// Run `wsync <args>` against this control plane; stdout on success, panic otherwise.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_wsync"))
-            .args(args)
-            .env("WSYNC_SERVER", &self.url)
-            .output()
-            .expect("run wsync");
+        let out = self.try_cli(args);
         assert!(out.status.success(), "wsync {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Run `wsync <args>` against this control plane, with its admin token and CA.
+    pub fn try_cli(&self, args: &[&str]) -> std::process::Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
+        command.args(args).env("WSYNC_SERVER", &self.url).env("WSYNC_ADMIN_TOKEN", &self.admin_token);
+        if let Some(ca) = &self.ca_file {
+            command.env("WSYNC_CA_FILE", ca);
+        }
+        command.output().expect("run wsync")
     }
 }
 

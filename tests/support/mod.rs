@@ -3,12 +3,14 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod browser;
 pub mod control_plane;
 pub mod fault_proxy;
 pub mod kubelet;
 pub mod postgres;
 pub mod stub;
 pub mod system;
+pub mod tls;
 
 pub use agent::AgentProcess;
 

@@ -7,6 +7,14 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(120);
 
+/// How the agent reaches the control plane.
+#[derive(Clone, Copy, PartialEq)]
+enum Link {
+    Direct,
+    BehindProxy,
+    Tls,
+}
+
 pub struct System {
     pub control_plane: ControlPlaneProcess,
     pub agent: AgentProcess,
@@ -29,13 +37,20 @@ impl System {
 
     /// `agent`: extra flags for `wsync agent`.
     pub async fn start_configured(prefix: &str, register: &[&str], agent: &[&str]) -> Self {
-        Self::start_inner(prefix, register, agent, None, false).await.0
+        Self::start_inner(prefix, register, agent, None, Link::Direct).await.0
+    }
+
+    /// The control plane serving TLS with a throw-away CA, which the agent is given with
+    /// `--control-plane-ca-file`.
+    pub async fn start_over_tls(prefix: &str) -> Self {
+        Self::start_inner(prefix, &[], &[], None, Link::Tls).await.0
     }
 
     /// With a fault proxy between the agent and the control plane; `database` is a URL of an
     /// empty database (SQLite in a temporary directory when None).
     pub async fn start_behind_proxy(prefix: &str, database: Option<String>) -> (Self, fault_proxy::FaultProxy) {
-        let (system, proxy) = Self::start_inner(prefix, &[], &["--request-timeout", "2s"], database, true).await;
+        let (system, proxy) =
+            Self::start_inner(prefix, &[], &["--request-timeout", "2s"], database, Link::BehindProxy).await;
         (system, proxy.expect("a proxy"))
     }
 
@@ -44,27 +59,34 @@ impl System {
         register: &[&str],
         agent: &[&str],
         database: Option<String>,
-        behind_proxy: bool,
+        link: Link,
     ) -> (Self, Option<fault_proxy::FaultProxy>) {
         let env = env();
         let id = unique_id(prefix);
         let dir = tempfile::tempdir().expect("tempdir");
         let database = database.unwrap_or_else(|| format!("sqlite://{}/control-plane.db", dir.path().display()));
-        let control_plane = ControlPlaneProcess::start(
-            &database,
-            dir.path().join("control-plane.log"),
-            &["--partial-reconciliation-interval-seconds", "1", "--full-reconciliation-interval-seconds", "60"],
-        );
+        let intervals =
+            ["--partial-reconciliation-interval-seconds", "1", "--full-reconciliation-interval-seconds", "60"];
+        let log = dir.path().join("control-plane.log");
+        let control_plane = match link {
+            Link::Tls => ControlPlaneProcess::start_tls(&database, log, &tls::Tls::throwaway(dir.path()), &intervals),
+            _ => ControlPlaneProcess::start(&database, log, &intervals),
+        };
         let registered: Value =
             serde_json::from_str(&control_plane.cli(&[&["agents", "register", &id, "-o", "json"], register].concat()))
                 .expect("json");
         let token = registered["token"].as_str().expect("a token").to_string();
-        let proxy = match behind_proxy {
-            true => Some(fault_proxy::FaultProxy::start(&control_plane.url, None).await),
-            false => None,
+        let proxy = match link {
+            Link::BehindProxy => Some(fault_proxy::FaultProxy::start(&control_plane.url, None).await),
+            _ => None,
         };
         let url = proxy.as_ref().map_or(control_plane.url.clone(), |p| p.url.clone());
-        let agent = AgentProcess::start_with_token(env, &id, &url, &token, agent);
+        let ca = control_plane.ca_file.as_ref().map(|ca| ca.display().to_string());
+        let agent_args = match &ca {
+            Some(ca) => [agent, &["--control-plane-ca-file", ca]].concat(),
+            None => agent.to_vec(),
+        };
+        let agent = AgentProcess::start_with_token(env, &id, &url, &token, &agent_args);
         let client = admin_client(env).await;
         let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
         (Self { control_plane, agent, id, database, _kubelet: kubelet, _dir: dir }, proxy)

@@ -186,7 +186,7 @@ fn config_goes_with_full_forced_changed_or_terminating() {
 
 #[test]
 fn restart_flips_to_running_once_stopped() {
-    let limits = Lifecycle { max_running_ms: 1000, max_stopped_ms: 1000 };
+    let limits = Lifecycle { max_running_ms: 1000, max_stopped_ms: 1000, max_terminated_percent: 100 };
     assert_eq!(next_desired(DesiredState::RestartRequested, ActualState::Running, 0, 10, &limits), None);
     assert_eq!(
         next_desired(DesiredState::RestartRequested, ActualState::Stopped, 0, 10, &limits),
@@ -199,7 +199,7 @@ fn restart_flips_to_running_once_stopped() {
 
 #[test]
 fn lifecycle_stops_long_runners_and_terminates_long_stopped() {
-    let limits = Lifecycle { max_running_ms: 1000, max_stopped_ms: 5000 };
+    let limits = Lifecycle { max_running_ms: 1000, max_stopped_ms: 5000, max_terminated_percent: 100 };
     assert_eq!(next_desired(DesiredState::Running, ActualState::Running, 0, 999, &limits), None);
     assert_eq!(
         next_desired(DesiredState::Running, ActualState::Running, 0, 1001, &limits),
@@ -214,4 +214,15 @@ fn lifecycle_stops_long_runners_and_terminates_long_stopped() {
         None,
         "Terminated is final"
     );
+}
+
+#[test]
+fn the_termination_budget_is_a_share_and_never_zero() {
+    let limits = |percent| Lifecycle { max_running_ms: 1, max_stopped_ms: 1, max_terminated_percent: percent };
+    assert_eq!(limits(10).termination_budget(30), 3);
+    assert_eq!(limits(10).termination_budget(5), 1, "one at least: a small agent still expires");
+    assert_eq!(limits(10).termination_budget(0), 1);
+    assert_eq!(limits(100).termination_budget(7), 7);
+    assert_eq!(limits(250).termination_budget(7), 7, "more than all is all");
+    assert_eq!(limits(10).termination_budget(usize::MAX), usize::MAX / 100, "no overflow");
 }

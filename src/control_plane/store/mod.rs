@@ -3,13 +3,14 @@
 //! (the hot path) go to a writer thread of their own ([`sqlite_writer`]); on PostgreSQL they
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
+mod access;
 mod error;
 mod orphans;
 mod postgres;
 pub mod rows;
 mod sqlite_writer;
 
-use super::model::{Agent, NewWorkspace, Workspace, now_ms, state_text, workspace_namespace};
+use super::model::{Agent, Clock, NewWorkspace, Workspace, state_text, workspace_namespace};
 use super::pipeline::PipelineConfig;
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse};
 pub use error::{StoreError, StoreResult};
@@ -23,6 +24,12 @@ use sqlx::{AnyPool, Row};
 pub fn hash_token(token: &str) -> String {
     let digest = Sha256::digest(token.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Two hex digests compared in constant time: how much of a guess matches must not show.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 fn new_token() -> StoreResult<String> {
@@ -44,7 +51,11 @@ enum Backend {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    clock: Clock,
 }
+
+/// Workspaces per page of the agent page and the list API, at most.
+pub const MAX_PAGE: usize = 500;
 
 impl Store {
     /// Open (and for SQLite, create) the database, and migrate it.
@@ -79,7 +90,17 @@ impl Store {
             .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         let backend = if sqlite { Backend::Sqlite(SqliteWriter::open(&url)?) } else { Backend::Postgres };
-        Ok(Self { pool, backend })
+        Ok(Self { pool, backend, clock: Clock::system() })
+    }
+
+    /// The same store with its timestamps from `clock` (tests set the time this way).
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self { clock, ..self }
+    }
+
+    /// Now, by the store's clock.
+    pub fn now(&self) -> i64 {
+        self.clock.now()
     }
 
     /// Whether the database answers and, on SQLite, the writer thread runs: what `/healthz`
@@ -102,7 +123,7 @@ impl Store {
             .bind(id)
             .bind(hash_token(&token))
             .bind(secrets)
-            .bind(now_ms())
+            .bind(self.clock.now())
             .execute(&self.pool)
             .await
             .map_err(|e| conflict(e, format!("agent {id:?} already exists")))?;
@@ -114,6 +135,7 @@ impl Store {
     pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
         let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, id).await?;
         let updated = sqlx::query("UPDATE agents SET image_pull_secrets = $1 WHERE id = $2")
             .bind(secrets)
             .bind(id)
@@ -128,19 +150,9 @@ impl Store {
         Ok(updated == 1)
     }
 
-    pub async fn agent_by_token(&self, token: &str) -> StoreResult<Option<Agent>> {
-        let row = sqlx::query("SELECT id, image_pull_secrets FROM agents WHERE token_hash = $1")
-            .bind(hash_token(token))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|row| {
-            let secrets: String = row.try_get("image_pull_secrets")?;
-            Ok(Agent {
-                id: row.try_get("id")?,
-                image_pull_secrets: serde_json::from_str(&secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            })
-        })
-        .transpose()
+    pub async fn agent_ids(&self) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query("SELECT id FROM agents ORDER BY id").fetch_all(&self.pool).await?;
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
     pub async fn agent_exists(&self, id: &str) -> StoreResult<bool> {
@@ -148,7 +160,7 @@ impl Store {
     }
 
     pub async fn create_workspace(&self, agent_id: &str, new: &NewWorkspace) -> StoreResult<Workspace> {
-        let now = now_ms();
+        let now = self.clock.now();
         let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
@@ -184,29 +196,47 @@ impl Store {
         rows.iter().map(workspace_from_row).collect()
     }
 
-    /// Set the desired state. `Terminated` is final: a terminated workspace cannot be revived.
+    /// One page of an agent's workspaces in name order: at most `limit` (capped at
+    /// [`MAX_PAGE`]) after the name `after`.
+    pub async fn workspaces_page(&self, agent_id: &str, after: &str, limit: usize) -> StoreResult<Vec<Workspace>> {
+        let limit = i64::try_from(limit.clamp(1, MAX_PAGE)).unwrap_or(1);
+        let sql = format!(
+            "SELECT {} FROM workspaces WHERE agent_id = $1 AND name > $2 ORDER BY name LIMIT $3",
+            *SELECT_COLUMNS
+        );
+        let rows = sqlx::query(&sql).bind(agent_id).bind(after).bind(limit).fetch_all(&self.pool).await?;
+        rows.iter().map(workspace_from_row).collect()
+    }
+
+    /// Set the desired state. `Terminated` is final, in the UPDATE itself: a terminated
+    /// workspace cannot be revived, however the calls interleave. On PostgreSQL it takes the
+    /// agent's lock, so that a reconcile running meanwhile cannot write back a stale state.
     pub async fn set_desired(
         &self,
         agent_id: &str,
         name: &str,
         desired: DesiredState,
     ) -> StoreResult<Option<Workspace>> {
+        let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, agent_id).await?;
+        let updated = sqlx::query(
+            "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 \
+             WHERE agent_id = $3 AND name = $4 AND desired_state <> $1 AND desired_state <> $5",
+        )
+        .bind(state_text(&desired))
+        .bind(self.clock.now())
+        .bind(agent_id)
+        .bind(name)
+        .bind(state_text(&DesiredState::Terminated))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
         let Some(current) = self.workspace(agent_id, name).await? else { return Ok(None) };
-        if current.desired_state == DesiredState::Terminated && desired != DesiredState::Terminated {
+        if updated == 0 && current.desired_state == DesiredState::Terminated && desired != DesiredState::Terminated {
             return Err(StoreError::Conflict(format!("workspace {name:?} is terminated; that is final")));
         }
-        if current.desired_state != desired {
-            sqlx::query(
-                "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 WHERE agent_id = $3 AND name = $4",
-            )
-            .bind(state_text(&desired))
-            .bind(now_ms())
-            .bind(agent_id)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        }
-        self.workspace(agent_id, name).await
+        Ok(Some(current))
     }
 
     /// One reconcile, in one transaction: on SQLite through the store's writer thread, which
@@ -218,7 +248,9 @@ impl Store {
         config: &PipelineConfig,
     ) -> StoreResult<ReconcileResponse> {
         match &self.backend {
-            Backend::Sqlite(writer) => writer.reconcile(agent.clone(), request, config.clone()).await,
+            Backend::Sqlite(writer) => {
+                writer.reconcile(agent.clone(), request, config.clone(), self.clock.clone()).await
+            }
             Backend::Postgres => self.reconcile_postgres(agent, &request, config).await,
         }
     }

@@ -3,7 +3,7 @@
 
 use super::Store;
 use super::error::{StoreError, StoreResult};
-use crate::control_plane::model::{Orphan, OrphanFate, Workspace, now_ms, state_text};
+use crate::control_plane::model::{Orphan, OrphanFate, Workspace, state_text};
 use crate::protocol::{ActualState, DesiredState};
 
 fn parse_state(text: &str) -> StoreResult<ActualState> {
@@ -56,6 +56,7 @@ impl Store {
         fate: OrphanFate,
     ) -> StoreResult<Option<Workspace>> {
         let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, agent_id).await?;
         let found = sqlx::query(
             "DELETE FROM orphans WHERE agent_id = $1 AND namespace = $2 AND name = $3 \
              RETURNING deployment_resource_version, actual_state",
@@ -72,7 +73,7 @@ impl Store {
             OrphanFate::Adopt { image } => (image, DesiredState::Running),
             OrphanFate::Terminate => (String::new(), DesiredState::Terminated),
         };
-        let now = now_ms();
+        let now = self.clock.now();
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, env, desired_state, actual_state, \
              desired_state_updated_at, actual_state_updated_at, created_at, deployment_resource_version) \

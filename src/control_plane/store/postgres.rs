@@ -3,7 +3,7 @@
 use super::Store;
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, POSTGRES_SAVE, SavedRow, workspace_from_row};
-use crate::control_plane::model::{Agent, Workspace, now_ms, state_text};
+use crate::control_plane::model::{Agent, Workspace, state_text};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 
@@ -14,11 +14,12 @@ impl Store {
         request: &ReconcileRequest,
         config: &PipelineConfig,
     ) -> StoreResult<ReconcileResponse> {
-        let now = now_ms();
         let mut tx = self.pool.begin().await?;
         // Concurrent reconciles of one agent (two replicas overlapping) run one after the
-        // other instead of deadlocking on the workspace rows they both update.
-        sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(&agent.id).execute(&mut *tx).await?;
+        // other instead of deadlocking on the workspace rows they both update; so do the
+        // operator's writes to its workspaces.
+        self.lock_agent(&mut tx, &agent.id).await?;
+        let now = self.clock.now();
         let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;

@@ -8,7 +8,7 @@
 
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, workspace_from_row};
-use crate::control_plane::model::{Agent, now_ms, state_text};
+use crate::control_plane::model::{Agent, Clock, state_text};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use rusqlite::{Connection, TransactionBehavior};
@@ -25,6 +25,7 @@ struct Job {
     agent: Agent,
     request: ReconcileRequest,
     config: PipelineConfig,
+    clock: Clock,
     reply: oneshot::Sender<StoreResult<ReconcileResponse>>,
 }
 
@@ -64,10 +65,11 @@ impl SqliteWriter {
         agent: Agent,
         request: ReconcileRequest,
         config: PipelineConfig,
+        clock: Clock,
     ) -> StoreResult<ReconcileResponse> {
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Writer("the writer thread has stopped".into());
-        self.jobs.send(Job { agent, request, config, reply }).await.map_err(|_| stopped())?;
+        self.jobs.send(Job { agent, request, config, clock, reply }).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -115,7 +117,7 @@ fn commit(connection: &mut Connection, batch: &[Job]) -> rusqlite::Result<Vec<St
 }
 
 fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileResponse> {
-    let now = now_ms();
+    let now = job.clock.now();
     let mut load = connection.prepare_cached(&AGENT_WORKSPACES)?;
     let mut workspaces =
         load.query_and_then([&job.agent.id], |row| workspace_from_row(row))?.collect::<StoreResult<Vec<_>>>()?;

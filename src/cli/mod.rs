@@ -1,10 +1,13 @@
 //! `wsync agents …` and `wsync workspaces …`: a client for the control plane's JSON API.
 
-use crate::control_plane::model::{Workspace, now_ms, state_text};
+mod table;
+
+use crate::control_plane::model::{Workspace, now_ms};
 use crate::protocol::ImagePullSecret;
 use crate::runtime::{TokenFileError, read_token_file};
 use serde_json::Value;
 use std::path::PathBuf;
+use table::{printable, table};
 
 /// What the CLI tells its user when a command fails.
 #[derive(thiserror::Error, Debug)]
@@ -15,6 +18,8 @@ pub enum Error {
     AdminToken(#[from] TokenFileError),
     #[error("building the HTTP client: {0}")]
     HttpClient(reqwest::Error),
+    #[error("CA file {path:?}: {reason}")]
+    CaFile { path: PathBuf, reason: String },
     #[error("{path:?} is not a path below {server}: {reason}")]
     Url { server: String, path: String, reason: String },
     #[error("{url}: {reason}")]
@@ -32,9 +37,15 @@ pub struct ServerArgs {
     /// The control plane's base URL.
     #[arg(long, env = "WSYNC_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
     pub server: reqwest::Url,
-    /// File holding the control plane's admin token, if it requires one.
+    /// File holding the control plane's admin token (printed on its first start).
     #[arg(long, env = "WSYNC_ADMIN_TOKEN_FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
+    /// The admin token itself, from the environment only: arguments show in `ps`.
+    #[arg(skip = std::env::var("WSYNC_ADMIN_TOKEN").ok())]
+    pub admin_token: Option<String>,
+    /// PEM CA bundle to trust for an https control plane, besides the system's roots.
+    #[arg(long, env = "WSYNC_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
@@ -55,6 +66,15 @@ pub enum AgentsCommand {
         #[arg(long = "image-pull-secret")]
         image_pull_secrets: Vec<String>,
     },
+    /// Give an agent a new token, printed once; the old one keeps working for `--grace`.
+    RotateToken {
+        id: String,
+        /// How long the old token keeps working (`0s` ends it now).
+        #[arg(long, default_value = "1h", value_parser = crate::runtime::parse_duration)]
+        grace: std::time::Duration,
+    },
+    /// Refuse an agent's every token from now on; `rotate-token` re-enables it with a new one.
+    Revoke { id: String },
     /// Replace an agent's image pull secrets; every workspace gets its config again.
     SetImagePullSecrets {
         id: String,
@@ -126,14 +146,51 @@ pub enum WorkspacesCommand {
 }
 
 fn client(server: &ServerArgs) -> Result<(reqwest::Client, Option<String>)> {
-    let token = server.admin_token_file.as_deref().map(read_token_file).transpose()?;
-    let http =
-        reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().map_err(Error::HttpClient)?;
-    Ok((http, token))
+    let token = match &server.admin_token_file {
+        Some(path) => Some(read_token_file(path)?),
+        None => server.admin_token.clone().map(|t| t.trim().to_string()),
+    };
+    let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+    if let Some(path) = &server.ca_file {
+        let unreadable = |reason: String| Error::CaFile { path: path.clone(), reason };
+        let pem = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
+        for certificate in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| unreadable(e.to_string()))? {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    Ok((builder.build().map_err(Error::HttpClient)?, token))
 }
 
 async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+    Ok(send(server, method, path, body).await?.0)
+}
+
+/// Every workspace of a list, page after page (`Link: <…>; rel="next"`).
+async fn list_all(server: &ServerArgs, path: &str) -> Result<Value> {
+    let mut all = Vec::new();
+    let mut next = Some(path.to_string());
+    while let Some(path) = next.take() {
+        let (page, link) = send(server, reqwest::Method::GET, &path, None).await?;
+        let Value::Array(items) = page else { return Err(Error::UnexpectedAnswer("a list is an array".into())) };
+        all.extend(items);
+        next = link.and_then(|link| {
+            let target = link.strip_prefix("</")?.split_once('>')?;
+            target.1.contains("rel=\"next\"").then(|| target.0.to_string())
+        });
+    }
+    Ok(Value::Array(all))
+}
+
+/// One call: the answer's JSON and its `Link` header.
+async fn send(
+    server: &ServerArgs,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<(Value, Option<String>)> {
     let (http, token) = client(server)?;
+    // The JSON API takes only JSON: a write without a body sends an empty object.
+    let body = body.or_else(|| (method != reqwest::Method::GET).then(|| serde_json::json!({})));
     let url = server.server.join(path).map_err(|e| Error::Url {
         server: server.server.to_string(),
         path: path.to_string(),
@@ -151,12 +208,13 @@ async fn call(server: &ServerArgs, method: reqwest::Method, path: &str, body: Op
         .await
         .map_err(|e| Error::Unreachable { url: url.to_string(), reason: e.without_url().to_string() })?;
     let status = response.status();
+    let link = response.headers().get(reqwest::header::LINK).and_then(|v| v.to_str().ok()).map(str::to_string);
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if !status.is_success() {
-        let message = body["error"].as_str().unwrap_or("no details").to_string();
+        let message = printable(body["error"].as_str().unwrap_or("no details"));
         return Err(Error::Rejected { status, message });
     }
-    Ok(body)
+    Ok((body, link))
 }
 
 pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
@@ -171,6 +229,28 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
                     println!("agent {} registered; its token (shown once):", answer["id"].as_str().unwrap_or_default());
                     println!("{}", answer["token"].as_str().unwrap_or_default());
                 }
+            }
+        }
+        AgentsCommand::RotateToken { id, grace } => {
+            let body = serde_json::json!({ "grace_seconds": grace.as_secs() });
+            let answer =
+                call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/rotate-token"), Some(body)).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => {
+                    println!(
+                        "agent {id}: its new token (shown once); the old one works for {}s more:",
+                        grace.as_secs()
+                    );
+                    println!("{}", answer["token"].as_str().unwrap_or_default());
+                }
+            }
+        }
+        AgentsCommand::Revoke { id } => {
+            let answer = call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/revoke"), None).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => println!("agent {id}: revoked; every call with its tokens is refused"),
             }
         }
         AgentsCommand::SetImagePullSecrets { id, image_pull_secrets } => {
@@ -224,7 +304,10 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
         WorkspacesCommand::Restart { name } => (reqwest::Method::POST, format!("{base}/{name}/restart"), None),
         WorkspacesCommand::Terminate { name } => (reqwest::Method::POST, format!("{base}/{name}/terminate"), None),
     };
-    let answer = call(server, method, &path, body).await?;
+    let answer = match command {
+        WorkspacesCommand::List { .. } => list_all(server, &path).await?,
+        _ => call(server, method, &path, body).await?,
+    };
     if server.output == Output::Json {
         println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
         return Ok(());
@@ -262,87 +345,4 @@ fn orphans(server: &ServerArgs, answer: &Value) -> Result<()> {
         println!("{:<30} {:<40} {age}s ago", printable(&o.name), printable(&o.namespace));
     }
     Ok(())
-}
-
-/// What an agent or a control plane sent, made safe for a terminal: control characters (an
-/// escape sequence that moves the cursor or rewrites the screen, say) are shown escaped.
-fn printable(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
-}
-
-/// A human-readable table, one workspace a row; errors in full below their row.
-pub fn table(workspaces: &[Workspace], now: i64) -> String {
-    let rows: Vec<[String; 5]> = workspaces
-        .iter()
-        .map(|w| {
-            let report = match w.last_reported_at {
-                Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
-                None => "never".into(),
-            };
-            [
-                printable(&w.name),
-                printable(&w.namespace),
-                state_text(&w.desired_state),
-                state_text(&w.actual_state),
-                report,
-            ]
-        })
-        .collect();
-    let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        format!("{}\n", padded.join("   ").trim_end())
-    };
-    let mut out = line(header);
-    for (row, workspace) in rows.iter().zip(workspaces) {
-        out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
-        if let Some(error) = &workspace.error {
-            out += &format!("  └ {} error: {}\n", printable(&error.error_type), printable(&error.message));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::{ActualState, DesiredState};
-
-    #[test]
-    fn what_an_agent_sent_cannot_drive_the_terminal() {
-        let workspace = Workspace {
-            agent_id: "a".into(),
-            name: "ws\u{1b}]0;owned\u{7}".into(),
-            namespace: "ns".into(),
-            image: "i".into(),
-            cpu: None,
-            memory: None,
-            env: Default::default(),
-            desired_state: DesiredState::Running,
-            actual_state: ActualState::Error,
-            desired_state_updated_at: 0,
-            actual_state_updated_at: 0,
-            deployment_resource_version: None,
-            responded_to_agent_at: None,
-            force_include_all_resources: false,
-            last_reported_at: None,
-            error: Some(crate::control_plane::model::WorkspaceError {
-                error_type: "applier".into(),
-                message: "boom\u{1b}[2J\u{1b}[31mfake prompt $ \r".into(),
-                first_seen: 0,
-                last_seen: 0,
-                desired_state: DesiredState::Running,
-            }),
-            created_at: 0,
-        };
-        let out = table(&[workspace], 0);
-        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
-        assert!(out.contains(r"boom\u{1b}[2J"), "{out}");
-    }
 }

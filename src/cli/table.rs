@@ -1,0 +1,87 @@
+//! How the CLI shows what the control plane answered: tables, and text made safe for a
+//! terminal.
+
+use crate::control_plane::model::{Workspace, state_text};
+
+/// What an agent or a control plane sent, made safe for a terminal: control characters (an
+/// escape sequence that moves the cursor or rewrites the screen, say) are shown escaped.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
+}
+
+/// A human-readable table, one workspace a row; errors in full below their row.
+pub fn table(workspaces: &[Workspace], now: i64) -> String {
+    let rows: Vec<[String; 5]> = workspaces
+        .iter()
+        .map(|w| {
+            let report = match w.last_reported_at {
+                Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
+                None => "never".into(),
+            };
+            [
+                printable(&w.name),
+                printable(&w.namespace),
+                state_text(&w.desired_state),
+                state_text(&w.actual_state),
+                report,
+            ]
+        })
+        .collect();
+    let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("{}\n", padded.join("   ").trim_end())
+    };
+    let mut out = line(header);
+    for (row, workspace) in rows.iter().zip(workspaces) {
+        out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        if let Some(error) = &workspace.error {
+            out += &format!("  └ {} error: {}\n", printable(&error.error_type), printable(&error.message));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ActualState, DesiredState};
+
+    #[test]
+    fn what_an_agent_sent_cannot_drive_the_terminal() {
+        let workspace = Workspace {
+            agent_id: "a".into(),
+            name: "ws\u{1b}]0;owned\u{7}".into(),
+            namespace: "ns".into(),
+            image: "i".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+            desired_state: DesiredState::Running,
+            actual_state: ActualState::Error,
+            desired_state_updated_at: 0,
+            actual_state_updated_at: 0,
+            deployment_resource_version: None,
+            responded_to_agent_at: None,
+            force_include_all_resources: false,
+            last_reported_at: None,
+            error: Some(crate::control_plane::model::WorkspaceError {
+                error_type: "applier".into(),
+                message: "boom\u{1b}[2J\u{1b}[31mfake prompt $ \r".into(),
+                first_seen: 0,
+                last_seen: 0,
+                desired_state: DesiredState::Running,
+            }),
+            created_at: 0,
+        };
+        let out = table(&[workspace], 0);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(out.contains(r"boom\u{1b}[2J"), "{out}");
+    }
+}

@@ -1,0 +1,172 @@
+//! The web page's routes: sign in with the admin token (a session cookie, HttpOnly and
+//! SameSite=Strict), the agents and their workspaces, and the forms behind the buttons, each
+//! with the session's CSRF token. The front door ([`super::access`]) has judged every request.
+
+use super::access::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
+use super::api::{ApiError, AppState, PAGE, PageQuery, exists, front_door, set_desired, settle_orphan, unauthorized};
+use super::model::Session;
+use super::store::MAX_PAGE;
+use super::ui;
+use axum::Router;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+
+type PageResult = Result<Response, ApiError>;
+
+/// Workspaces on one page.
+const PAGE_SIZE: usize = 100;
+
+pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/", get(index))
+        .route("/sign-in", get(sign_in_form).post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/agents/{agent}", get(agent_page))
+        .route("/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
+        .route("/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
+        .layer(axum::middleware::from_fn_with_state(state, front_door::<{ PAGE }>))
+}
+
+/// The session the request's cookie names, if it is live.
+async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session>, ApiError> {
+    match cookie_value(headers, SESSION_COOKIE) {
+        Some(cookie) => Ok(state.store.session(cookie).await?),
+        None => Ok(None),
+    }
+}
+
+/// To the sign-in form, and back to `path` after it.
+fn sign_in_first(path: &str) -> Response {
+    let next: String = path
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"/-_.".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    Redirect::to(&format!("/sign-in?next={next}")).into_response()
+}
+
+/// A form's session and CSRF token, both required, compared in constant time.
+async fn authorized_form(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Session, ApiError> {
+    let session = session(state, headers).await?.ok_or_else(unauthorized)?;
+    if super::store::same_secret(&session.csrf_token, csrf) {
+        Ok(session)
+    } else {
+        Err(ApiError(StatusCode::FORBIDDEN, "the form's CSRF token does not match the session; reload the page".into()))
+    }
+}
+
+async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> PageResult {
+    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first("/")) };
+    let agents = state.store.agent_ids().await?;
+    Ok(Html(ui::index_page(&agents, &session.csrf_token)).into_response())
+}
+
+#[derive(serde::Deserialize, Default)]
+struct SignInQuery {
+    #[serde(default)]
+    next: String,
+}
+
+async fn sign_in_form(Query(query): Query<SignInQuery>) -> Response {
+    Html(ui::sign_in_page(local_path(&query.next), None)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct SignIn {
+    token: String,
+    #[serde(default)]
+    next: String,
+}
+
+async fn sign_in(State(state): State<Arc<AppState>>, Form(form): Form<SignIn>) -> PageResult {
+    let next = local_path(&form.next);
+    if !state.is_admin(form.token.trim()).await? {
+        tracing::info!("a sign-in with a wrong admin token was refused");
+        let page = ui::sign_in_page(next, Some("That is not the admin token."));
+        return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
+    }
+    let (cookie, _) = state.store.open_session(state.session_ttl_ms).await?;
+    let cookie = session_cookie(&cookie, state.session_ttl_ms / 1000, state.door.scheme == "https");
+    Ok(with_cookie(Redirect::to(next).into_response(), &cookie))
+}
+
+#[derive(serde::Deserialize)]
+struct Csrf {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn sign_out(State(state): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<Csrf>) -> PageResult {
+    authorized_form(&state, &headers, &form.csrf).await?;
+    if let Some(cookie) = cookie_value(&headers, SESSION_COOKIE) {
+        state.store.close_session(cookie).await?;
+    }
+    let cleared = session_cookie("", 0, state.door.scheme == "https");
+    Ok(with_cookie(Redirect::to("/sign-in").into_response(), &cleared))
+}
+
+fn with_cookie(mut response: Response, cookie: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+async fn agent_page(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    Query(page): Query<PageQuery>,
+) -> PageResult {
+    let Some(session) = session(&state, &headers).await? else {
+        return Ok(sign_in_first(&format!("/agents/{agent}")));
+    };
+    exists(&state, &agent).await?;
+    let limit = page.limit.unwrap_or(PAGE_SIZE).clamp(1, MAX_PAGE);
+    let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
+    let more = workspaces.last().filter(|_| workspaces.len() == limit).map(|w| w.name.as_str());
+    let orphans = state.store.orphans(&agent).await?;
+    let view =
+        ui::AgentView { agent: &agent, workspaces: &workspaces, more, orphans: &orphans, csrf: &session.csrf_token };
+    Ok(Html(ui::agent_page(&view, state.store.now())).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct OrphanForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    image: String,
+}
+
+async fn orphan_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String, String)>,
+    Form(form): Form<OrphanForm>,
+) -> PageResult {
+    authorized_form(&state, &headers, &form.csrf).await?;
+    let agent = target.0.clone();
+    settle_orphan(&state, target, form.image).await?;
+    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+}
+
+async fn workspace_action(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(target): Path<(String, String, String)>,
+    Form(form): Form<Csrf>,
+) -> PageResult {
+    authorized_form(&state, &headers, &form.csrf).await?;
+    let agent = target.0.clone();
+    set_desired(&state, target).await?;
+    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+}

@@ -1,0 +1,140 @@
+//! Credentials: agent tokens (rotated with a grace period, revoked), the admin token generated
+//! on first start, and the page's sessions. Every secret is stored as its SHA-256 only.
+
+use super::error::{StoreError, StoreResult};
+use super::{Backend, Store, hash_token, new_token};
+use crate::control_plane::model::{Agent, Session};
+use sqlx::Row;
+
+impl Store {
+    /// The agent a token belongs to: its current token, or its previous one within the grace
+    /// period of a rotation. A revoked agent has none.
+    pub async fn agent_by_token(&self, token: &str) -> StoreResult<Option<Agent>> {
+        let row = sqlx::query(
+            "SELECT id, image_pull_secrets FROM agents WHERE revoked_at IS NULL \
+             AND (token_hash = $1 OR (previous_token_hash = $1 AND previous_token_expires_at > $2))",
+        )
+        .bind(hash_token(token))
+        .bind(self.clock.now())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            let secrets: String = row.try_get("image_pull_secrets")?;
+            Ok(Agent {
+                id: row.try_get("id")?,
+                image_pull_secrets: serde_json::from_str(&secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            })
+        })
+        .transpose()
+    }
+
+    /// A new token for an agent, returned once. The one it replaces keeps working for
+    /// `grace_ms`, unless the agent was revoked: rotating re-enables it with the new token only.
+    /// None when there is no such agent.
+    pub async fn rotate_agent_token(&self, id: &str, grace_ms: i64) -> StoreResult<Option<String>> {
+        let token = new_token()?;
+        let expires = self.clock.now().saturating_add(grace_ms.max(0));
+        let updated = sqlx::query(
+            "UPDATE agents SET \
+             previous_token_hash = CASE WHEN revoked_at IS NULL THEN token_hash ELSE NULL END, \
+             previous_token_expires_at = CASE WHEN revoked_at IS NULL THEN $1 ELSE NULL END, \
+             token_hash = $2, revoked_at = NULL WHERE id = $3",
+        )
+        .bind(expires)
+        .bind(hash_token(&token))
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok((updated == 1).then_some(token))
+    }
+
+    /// Refuse every token of an agent from now on; false when there is no such agent.
+    pub async fn revoke_agent(&self, id: &str) -> StoreResult<bool> {
+        let updated = sqlx::query(
+            "UPDATE agents SET revoked_at = $1, previous_token_hash = NULL, previous_token_expires_at = NULL \
+             WHERE id = $2",
+        )
+        .bind(self.clock.now())
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    /// Generate the admin token if there is none (first start) and return it, once; None when
+    /// one exists already, here or from another control plane on the same database.
+    /// `replace` makes a new one whatever exists: the way back in after losing it.
+    pub async fn ensure_admin_token(&self, replace: bool) -> StoreResult<Option<String>> {
+        let token = new_token()?;
+        let upsert = if replace {
+            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES ('admin', $1, $2) \
+             ON CONFLICT (id) DO UPDATE SET token_hash = excluded.token_hash, created_at = excluded.created_at"
+        } else {
+            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES ('admin', $1, $2) ON CONFLICT (id) DO NOTHING"
+        };
+        let inserted = sqlx::query(upsert).bind(hash_token(&token)).bind(self.clock.now()).execute(&self.pool).await?;
+        if replace {
+            // Whoever held the old token is signed out with it.
+            sqlx::query("DELETE FROM admin_sessions").execute(&self.pool).await?;
+        }
+        Ok((inserted.rows_affected() == 1).then_some(token))
+    }
+
+    /// Whether `token` is the generated admin token.
+    pub async fn is_admin_token(&self, token: &str) -> StoreResult<bool> {
+        let row =
+            sqlx::query("SELECT token_hash FROM admin_tokens WHERE id = 'admin'").fetch_optional(&self.pool).await?;
+        let Some(row) = row else { return Ok(false) };
+        let stored: String = row.try_get("token_hash")?;
+        Ok(super::same_secret(&stored, &hash_token(token)))
+    }
+
+    /// Open a session for `ttl_ms`; returns the cookie value (shown once) and the session.
+    pub async fn open_session(&self, ttl_ms: i64) -> StoreResult<(String, Session)> {
+        let now = self.clock.now();
+        // Expired sessions go whenever a new one comes: the table stays as small as its use.
+        sqlx::query("DELETE FROM admin_sessions WHERE expires_at <= $1").bind(now).execute(&self.pool).await?;
+        let (cookie, csrf_token) = (new_token()?, new_token()?);
+        let expires_at = now.saturating_add(ttl_ms);
+        sqlx::query("INSERT INTO admin_sessions (session_hash, csrf_token, expires_at) VALUES ($1, $2, $3)")
+            .bind(hash_token(&cookie))
+            .bind(&csrf_token)
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await?;
+        Ok((cookie, Session { csrf_token, expires_at }))
+    }
+
+    /// The live session a cookie names, if any.
+    pub async fn session(&self, cookie: &str) -> StoreResult<Option<Session>> {
+        let row = sqlx::query(
+            "SELECT csrf_token, expires_at FROM admin_sessions WHERE session_hash = $1 AND expires_at > $2",
+        )
+        .bind(hash_token(cookie))
+        .bind(self.clock.now())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| Ok(Session { csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")? }))
+            .transpose()
+    }
+
+    pub async fn close_session(&self, cookie: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM admin_sessions WHERE session_hash = $1")
+            .bind(hash_token(cookie))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// On PostgreSQL, take the agent's row lock in `tx`, the lock a reconcile holds: a write
+    /// to its workspaces then never interleaves with a reconcile that would write back what it
+    /// read before. SQLite has one writer at a time and needs none.
+    pub(super) async fn lock_agent(&self, tx: &mut sqlx::Transaction<'_, sqlx::Any>, id: &str) -> StoreResult<()> {
+        if matches!(self.backend, Backend::Postgres) {
+            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(id).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}

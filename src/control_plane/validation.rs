@@ -1,0 +1,48 @@
+//! What the management API accepts, free of I/O: names, pull secrets, actions.
+
+use crate::protocol::{DesiredState, ImagePullSecret};
+
+/// Names and namespaces must be DNS names, and one name may come from one namespace only:
+/// every copy lands in the workspace namespace under the source's name.
+pub fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), String> {
+    let mut names = std::collections::HashMap::new();
+    for secret in secrets {
+        if !is_dns_subdomain(&secret.name) || secret.namespace.contains('.') || !is_dns_subdomain(&secret.namespace) {
+            return Err("image pull secrets need a DNS name and namespace".into());
+        }
+        if let Some(other) = names.insert(&secret.name, &secret.namespace)
+            && *other != secret.namespace
+        {
+            return Err(format!("image pull secret {} is named in both {other} and {}", secret.name, secret.namespace));
+        }
+    }
+    Ok(())
+}
+
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+pub fn is_dns_subdomain(s: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    s.len() <= 253 && s.split('.').all(label)
+}
+
+pub fn desired_for_action(action: &str) -> Option<DesiredState> {
+    match action {
+        "start" => Some(DesiredState::Running),
+        "stop" => Some(DesiredState::Stopped),
+        "restart" => Some(DesiredState::RestartRequested),
+        "terminate" => Some(DesiredState::Terminated),
+        _ => None,
+    }
+}
