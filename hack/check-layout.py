@@ -21,6 +21,7 @@ PURE = [
     "src/agent/apply/pull_secrets.rs",
     "src/agent/apply/field_policy.rs",
     "src/agent/apply/pod_security.rs",
+    "src/agent/apply/defaults.rs",
     "src/control_plane/access.rs",
     "src/control_plane/validation.rs",
     "src/control_plane/rules.rs",

@@ -36,8 +36,7 @@ impl fmt::Display for UpdateType {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReconcileRequest {
     pub update_type: UpdateType,
-    /// Always an array on the wire, `[]` when empty.
-    #[serde(default)]
+    /// Always an array on the wire, `[]` when empty; Rails answers 400 without it.
     pub workspace_agent_infos: Vec<WorkspaceAgentInfo>,
 }
 
@@ -91,13 +90,15 @@ pub struct WorkspaceRailsInfo {
     pub namespace: String,
     pub desired_state: DesiredState,
     pub actual_state: ActualState,
-    /// The Deployment resourceVersion the control plane has persisted: the agent's acknowledgement.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The Deployment resourceVersion the control plane has persisted: the agent's
+    /// acknowledgement. `null` until there is one, as Rails sends it.
+    #[serde(default)]
     pub deployment_resource_version: Option<String>,
     /// A multi-document YAML stream; `""` means nothing to apply.
     #[serde(default)]
     pub config_to_apply: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Always an array, `[]` when there are none, as Rails sends it.
+    #[serde(default)]
     pub image_pull_secrets: Vec<ImagePullSecret>,
 }
 

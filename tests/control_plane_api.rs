@@ -93,6 +93,7 @@ async fn reconcile_answers_201_400_and_401_as_the_protocol_says() {
         r#"{"update_type": "sideways", "workspace_agent_infos": []}"#,
         r#"{"update_type": "full", "workspace_agent_infos": [{"namespace": "ns"}]}"#,
         r#"{"update_type": "full", "workspace_agent_infos": [{"name": "ws", "namespace": ""}]}"#,
+        r#"{"update_type": "full"}"#,
         "not json",
     ] {
         let (status, body) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(invalid)).await;
@@ -298,4 +299,29 @@ async fn bodies_are_bounded_before_authentication() {
     let big = json!({ "id": "x".repeat(128 * 1024) });
     let answer = server.http.post(format!("{}/api/v1/agents", server.url)).json(&big).send().await.unwrap();
     assert_eq!(answer.status().as_u16(), 413);
+}
+
+/// The answer as Rails shapes it: every info carries `image_pull_secrets` (`[]`) and
+/// `deployment_resource_version` (`null` until known), in creation order, not name order.
+#[tokio::test]
+async fn answers_have_gitlabs_shape_and_order() {
+    let server = serve().await;
+    let token = server.register("a1").await;
+    for name in ["zeta", "alpha", "mid"] {
+        let create = json!({"name": name, "image": "busybox:1.36"}).to_string();
+        let (status, _) =
+            server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(&create)).await;
+        assert_eq!(status, 201);
+    }
+    let full = r#"{"update_type": "full", "workspace_agent_infos": []}"#;
+    let (status, body) = server.send(reqwest::Method::POST, RECONCILE_PATH, Some(&token), Some(full)).await;
+    assert_eq!(status, 201);
+    let infos = body["workspace_rails_infos"].as_array().unwrap();
+    let names: Vec<&str> = infos.iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["zeta", "alpha", "mid"], "creation order");
+    for info in infos {
+        let info = info.as_object().unwrap();
+        assert_eq!(info["image_pull_secrets"], json!([]), "{info:?}");
+        assert!(info.contains_key("deployment_resource_version") && info["deployment_resource_version"].is_null());
+    }
 }

@@ -12,6 +12,7 @@ mod end_to_end;
 mod fault_kills;
 mod fault_suite;
 mod faults;
+mod gitlab_parity;
 mod hostile;
 mod leader;
 mod ledger_leak;

@@ -11,14 +11,8 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:wsync-system:wsync-agent";
 #[tokio::test(flavor = "multi_thread")]
 async fn the_agent_syncs_with_only_the_manifests_permissions() {
     let env = env();
-    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml");
-    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "apply", "-f", rbac]);
-    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", "wsync-agent", "--duration=1h"]);
     let dir = tempfile::tempdir().unwrap();
-    let admin = std::fs::read_to_string(&env.admin_kubeconfig).unwrap();
-    let kubeconfig = dir.path().join("service-account.kubeconfig");
-    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).expect("admin token").to_string();
-    std::fs::write(&kubeconfig, admin.replace(&admin_token, token.trim())).unwrap();
+    let kubeconfig = service_account_kubeconfig(env, dir.path());
 
     // No more than it needs.
     for (verb, resource) in [

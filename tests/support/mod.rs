@@ -248,6 +248,19 @@ pub fn config_map(namespace: &str, name: &str) -> String {
 }
 
 /// A port that was free a moment ago, for a child process to listen on.
+/// A kubeconfig for the manifests' `wsync-agent` ServiceAccount (its RBAC applied from
+/// manifests/rbac.yaml, a token from the TokenRequest API), written into `dir`.
+pub fn service_account_kubeconfig(env: &TestEnv, dir: &Path) -> PathBuf {
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml");
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "apply", "-f", rbac]);
+    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", "wsync-agent", "--duration=1h"]);
+    let admin = std::fs::read_to_string(&env.admin_kubeconfig).expect("admin kubeconfig");
+    let kubeconfig = dir.join("service-account.kubeconfig");
+    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).expect("admin token").to_string();
+    std::fs::write(&kubeconfig, admin.replace(&admin_token, token.trim())).expect("write kubeconfig");
+    kubeconfig
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }

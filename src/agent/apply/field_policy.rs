@@ -53,6 +53,7 @@ impl FieldPolicy {
         match (gvk.group.as_str(), gvk.kind.as_str()) {
             ("", "Service") => self.check_service(spec)?,
             ("", "PersistentVolumeClaim") => check_claim(spec)?,
+            ("networking.k8s.io", "NetworkPolicy") => check_network_policy(spec)?,
             _ => {}
         }
         // A template without a spec runs nothing; the apiserver refuses it.
@@ -86,6 +87,21 @@ fn check_claim(spec: &Value) -> Result<(), String> {
     for field in ["volumeName", "selector"] {
         if present(spec.get(field)) {
             return Err(format!("spec.{field}: a claim may not pick its volume"));
+        }
+    }
+    Ok(())
+}
+
+/// A NetworkPolicy selects Pods of its own namespace only, which the namespace rule keeps the
+/// workspace's: it must say which (`spec.podSelector`, `{}` for all, as GitLab sends it), and
+/// name only the policy types there are.
+fn check_network_policy(spec: &Value) -> Result<(), String> {
+    if !spec.get("podSelector").is_some_and(Value::is_object) {
+        return Err("spec.podSelector: a NetworkPolicy must select the workspace's Pods".into());
+    }
+    for type_ in spec.get("policyTypes").and_then(Value::as_array).into_iter().flatten() {
+        if !matches!(type_.as_str(), Some("Ingress" | "Egress")) {
+            return Err(format!("spec.policyTypes: {type_} is not Ingress or Egress"));
         }
     }
     Ok(())
@@ -162,6 +178,17 @@ mod tests {
         assert!(check("ConfigMap", "v1", finalized("foregroundDeletion")).is_ok());
         let error = check("ConfigMap", "v1", finalized("example.com/never-done")).unwrap_err();
         assert!(error.starts_with("metadata.finalizers"), "{error}");
+    }
+
+    #[test]
+    fn network_policies_select_the_workspaces_pods() {
+        let gitlab = json!({ "spec": { "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+            "egress": [{ "to": [{ "ipBlock": { "cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"] } }] }] } });
+        assert!(check("NetworkPolicy", "networking.k8s.io/v1", gitlab).is_ok());
+        let error = check("NetworkPolicy", "networking.k8s.io/v1", json!({ "spec": {} })).unwrap_err();
+        assert!(error.starts_with("spec.podSelector"), "{error}");
+        let odd = json!({ "spec": { "podSelector": {}, "policyTypes": ["Everything"] } });
+        assert!(check("NetworkPolicy", "networking.k8s.io/v1", odd).unwrap_err().starts_with("spec.policyTypes"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod api_calls;
 pub mod cache;
+pub mod defaults;
 pub mod field_policy;
 pub mod plan;
 pub mod pod_security;

@@ -12,8 +12,17 @@ use kube::core::GroupVersionKind;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The kinds a workspace needs, as `Kind` for the core group or `group/Kind`.
-pub const DEFAULT_ALLOWED_KINDS: &[&str] =
-    &["ConfigMap", "Secret", "Service", "PersistentVolumeClaim", "ServiceAccount", "apps/Deployment"];
+pub const DEFAULT_ALLOWED_KINDS: &[&str] = &[
+    "ConfigMap",
+    "Secret",
+    "Service",
+    "PersistentVolumeClaim",
+    "ServiceAccount",
+    "ResourceQuota",
+    "LimitRange",
+    "apps/Deployment",
+    "networking.k8s.io/NetworkPolicy",
+];
 
 /// Groups that are never applied, whatever the allow-list says.
 const NEVER_ALLOWED_GROUPS: &[&str] = &["rbac.authorization.k8s.io"];
@@ -155,6 +164,7 @@ pub fn plan(
             return Err(format!("refused {what}: outside the workspace's namespace {namespace}"));
         }
         policy.fields.check(&gvk, &object, &in_config).map_err(|reason| format!("refused {what}: {reason}"))?;
+        super::defaults::fill_list_map_keys(&gvk, &mut object.data);
         object.metadata.namespace = Some(object_namespace.clone());
         let inventory_id = (gvk.group.is_empty() && gvk.kind == "ConfigMap")
             .then(|| object.labels().get(INVENTORY_ID_LABEL).cloned())

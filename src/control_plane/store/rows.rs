@@ -56,9 +56,11 @@ pub fn saved_order() -> impl Iterator<Item = &'static str> {
 pub static SELECT_COLUMNS: LazyLock<String> =
     LazyLock::new(|| COLUMNS.iter().map(|c| c.0).collect::<Vec<_>>().join(", "));
 
-/// Every workspace of one agent (`$1`), in name order: what a reconcile loads.
-pub static AGENT_WORKSPACES: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {} FROM workspaces WHERE agent_id = $1 ORDER BY name", *SELECT_COLUMNS));
+/// Every workspace of one agent (`$1`), in creation order (Rails orders by id): what a
+/// reconcile loads, and so the order its answer returns them in.
+pub static AGENT_WORKSPACES: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {} FROM workspaces WHERE agent_id = $1 ORDER BY created_at, name", *SELECT_COLUMNS)
+});
 
 /// One `UPDATE … FROM` for all saved rows: a single JSON parameter unpacked by
 /// `jsonb_to_recordset`, matched on (agent_id, name).
