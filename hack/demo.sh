@@ -80,7 +80,7 @@ $wsync workspaces list
 echo
 kubectl -n wsync-system get wss demo
 echo
-kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap
+kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap,networkpolicy
 
 step "Stopping alice: the agent scales it to 0 and reports it Stopped"
 $wsync workspaces stop alice >/dev/null

@@ -64,6 +64,16 @@ pub fn parse_objects(stream: &str) -> Result<Vec<DynamicObject>, YamlError> {
     Ok(objects)
 }
 
+/// One YAML (or JSON) document as a value, within the same budgets: an operator's file.
+pub fn parse_value(text: &str) -> Result<serde_json::Value, YamlError> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(YamlError::TooLarge(text.len()));
+    }
+    LEFT.with(|left| left.set(MAX_CONFIG_BYTES));
+    let Budgeted(value) = serde_saphyr::from_str_with_options(text, options()).map_err(YamlError::Parse)?;
+    Ok(value)
+}
+
 /// Serialize any value as YAML, for CLI output, the CRD and the control plane's configs.
 pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
     serde_saphyr::to_string(value)

@@ -105,6 +105,7 @@ fn prerequisites_ignore_unknown_fields() {
 #[test]
 fn the_control_planes_config_passes_the_agents_apply_policy_as_one_inventory() {
     use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+    use wsync::control_plane::agent_config::AgentConfig;
     use wsync::control_plane::config_builder::{WorkspaceSpec, build};
     let spec = WorkspaceSpec {
         name: "alice".into(),
@@ -116,10 +117,21 @@ fn the_control_planes_config_passes_the_agents_apply_policy_as_one_inventory() {
         agent_id: "1".into(),
         label_key: wsync::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY.into(),
         image_pull_secrets: vec!["regcred".into()],
+        config: AgentConfig::before_settings(),
     };
-    let objects = wsync::yaml::parse_objects(&build(&spec, DesiredState::Running).expect("config")).expect("yaml");
     let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
-    let plans = plan(objects, "wsync-1-alice", &policy, |_| true).expect("the agent accepts it");
-    assert_eq!(plans.len(), 1);
-    assert_eq!(plans[0].members.len(), 4);
+    let members = |spec: &WorkspaceSpec| {
+        let objects = wsync::yaml::parse_objects(&build(spec, DesiredState::Running).expect("config")).expect("yaml");
+        let plans = plan(objects, "wsync-1-alice", &policy, |_| true).expect("the agent accepts it");
+        assert_eq!(plans.len(), 1);
+        plans[0].members.len()
+    };
+    assert_eq!(members(&spec), 4);
+    // With GitLab's settings: its NetworkPolicy and ResourceQuota, labels and annotations.
+    let config = AgentConfig::parse(
+        "max_resources_per_workspace: {limits: {cpu: '2', memory: 4Gi}, requests: {cpu: '1', memory: 1Gi}}\n\
+         labels: {tier: dev}\nannotations: {team: eng}\n",
+    )
+    .expect("a GitLab agent config");
+    assert_eq!(members(&WorkspaceSpec { config, ..spec }), 6);
 }

@@ -18,6 +18,8 @@ pub enum Error {
     AdminToken(#[from] TokenFileError),
     #[error("building the HTTP client: {0}")]
     HttpClient(reqwest::Error),
+    #[error("{path:?}: {reason}")]
+    AgentConfig { path: PathBuf, reason: String },
     #[error("CA file {path:?}: {reason}")]
     CaFile { path: PathBuf, reason: String },
     #[error("{path:?} is not a path below {server}: {reason}")]
@@ -65,7 +67,16 @@ pub enum AgentsCommand {
         /// `<namespace>/<name>` of a pull secret to copy into every workspace; repeatable.
         #[arg(long = "image-pull-secret")]
         image_pull_secrets: Vec<String>,
+        /// GitLab's workspace settings, as YAML or JSON: an agent config's `remote_development`
+        /// block, or its keys alone. GitLab's defaults without it.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
+    /// Replace an agent's workspace settings (as `register --config`); new workspaces get them,
+    /// existing ones keep theirs.
+    SetConfig { id: String, file: PathBuf },
+    /// Show an agent's workspace settings.
+    Config { id: String },
     /// Give an agent a new token, printed once; the old one keeps working for `--grace`.
     RotateToken {
         id: String,
@@ -82,6 +93,12 @@ pub enum AgentsCommand {
         #[arg(long = "image-pull-secret")]
         image_pull_secrets: Vec<String>,
     },
+}
+
+fn read_agent_config(path: &std::path::Path) -> Result<crate::control_plane::agent_config::AgentConfig> {
+    let unreadable = |reason: String| Error::AgentConfig { path: path.to_path_buf(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+    crate::control_plane::agent_config::AgentConfig::parse(&text).map_err(unreadable)
 }
 
 fn parse_pull_secrets(secrets: &[String]) -> Result<Vec<ImagePullSecret>> {
@@ -219,9 +236,10 @@ async fn send(
 
 pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
     match command {
-        AgentsCommand::Register { id, image_pull_secrets } => {
+        AgentsCommand::Register { id, image_pull_secrets, config } => {
             let secrets = parse_pull_secrets(&image_pull_secrets)?;
-            let body = serde_json::json!({ "id": id, "image_pull_secrets": secrets });
+            let config = config.as_deref().map(read_agent_config).transpose()?;
+            let body = serde_json::json!({ "id": id, "image_pull_secrets": secrets, "config": config });
             let answer = call(server, reqwest::Method::POST, "api/v1/agents", Some(body)).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
@@ -244,6 +262,22 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
                     );
                     println!("{}", answer["token"].as_str().unwrap_or_default());
                 }
+            }
+        }
+        AgentsCommand::SetConfig { id, file } => {
+            let config = read_agent_config(&file)?;
+            let body = serde_json::to_value(&config).map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
+            let answer = call(server, reqwest::Method::PUT, &format!("api/v1/agents/{id}/config"), Some(body)).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => println!("agent {id}: workspace settings set; new workspaces get them"),
+            }
+        }
+        AgentsCommand::Config { id } => {
+            let answer = call(server, reqwest::Method::GET, &format!("api/v1/agents/{id}/config"), None).await?;
+            match server.output {
+                Output::Json => println!("{answer}"),
+                Output::Table => print!("{}", crate::yaml::to_string(&answer).unwrap_or_default()),
             }
         }
         AgentsCommand::Revoke { id } => {

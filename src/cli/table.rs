@@ -79,6 +79,7 @@ mod tests {
                 desired_state: DesiredState::Running,
             }),
             created_at: 0,
+            agent_config: crate::control_plane::agent_config::AgentConfig::before_settings(),
         };
         let out = table(&[workspace], 0);
         assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");

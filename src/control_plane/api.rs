@@ -5,13 +5,13 @@ use super::access::{FrontDoor, Route, SECURITY_HEADERS};
 use super::model::{Agent, NewWorkspace, OrphanFate, Workspace};
 use super::pipeline::{self, PipelineConfig};
 use super::store::{MAX_PAGE, Store, StoreError, hash_token};
-use super::validation::{desired_for_action, is_dns_label, validate_pull_secrets};
-use crate::protocol::{ErrorBody, ImagePullSecret, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
+use super::validation::{desired_for_action, is_dns_label};
+use crate::protocol::{ErrorBody, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::sync::Arc;
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -74,15 +74,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&state.prerequisites_path, get(prerequisites))
         .route("/healthz", get(healthz));
     let management = Router::new()
-        .route("/api/v1/agents", post(register_agent))
-        .route("/api/v1/agents/{agent}/rotate-token", post(rotate_token))
-        .route("/api/v1/agents/{agent}/revoke", post(revoke_agent))
-        .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
         .route("/api/v1/agents/{agent}/orphans", get(list_orphans))
         .route("/api/v1/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
+        .merge(super::agents_api::router())
         .layer(axum::middleware::from_fn_with_state(state.clone(), front_door::<{ API }>));
     let mut app = agents
         .merge(management)
@@ -144,7 +141,7 @@ impl From<StoreError> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(super) type ApiResult = Result<Response, ApiError>;
 
 pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, message.into())
@@ -158,7 +155,7 @@ pub(super) fn unauthorized() -> ApiError {
     ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into())
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid payload: {e}")))
 }
 
@@ -173,7 +170,7 @@ async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Age
 }
 
 /// The JSON API's admin check: a Bearer token, never the page's cookie.
-async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = bearer(headers).ok_or_else(unauthorized)?;
     if state.is_admin(given).await? { Ok(()) } else { Err(unauthorized()) }
 }
@@ -196,44 +193,6 @@ async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::R
 async fn prerequisites(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
     authenticate_agent(&state, &headers).await?;
     Ok(Json(Prerequisites::default()).into_response())
-}
-
-#[derive(serde::Deserialize)]
-struct RegisterAgent {
-    id: String,
-    #[serde(default)]
-    image_pull_secrets: Vec<ImagePullSecret>,
-}
-
-async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
-    let request: RegisterAgent = parse(&body)?;
-    if !is_dns_label(&request.id) {
-        return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
-    }
-    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
-    let token = state.store.create_agent(&request.id, &request.image_pull_secrets).await?;
-    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
-}
-
-#[derive(serde::Deserialize)]
-struct SetImagePullSecrets {
-    image_pull_secrets: Vec<ImagePullSecret>,
-}
-
-async fn set_image_pull_secrets(
-    State(state): State<Arc<AppState>>,
-    Path(agent): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
-    let request: SetImagePullSecrets = parse(&body)?;
-    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
-    if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
-        return Err(ApiError(StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
-    }
-    Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
 }
 
 async fn known_agent(state: &AppState, headers: &HeaderMap, agent: &str) -> Result<(), ApiError> {
@@ -271,40 +230,6 @@ async fn list_workspaces(
         }
     }
     Ok(response)
-}
-
-#[derive(serde::Deserialize)]
-struct Rotation {
-    /// How long the replaced token keeps working.
-    #[serde(default = "default_grace_seconds")]
-    grace_seconds: u64,
-}
-
-fn default_grace_seconds() -> u64 {
-    3600
-}
-
-async fn rotate_token(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(agent): Path<String>,
-    body: Bytes,
-) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
-    let rotation: Rotation = parse(&body)?;
-    let grace_ms = i64::try_from(rotation.grace_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let token = state.store.rotate_agent_token(&agent, grace_ms).await?;
-    let token = token.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
-    Ok(Json(serde_json::json!({ "id": agent, "token": token, "previous_token_valid_seconds": rotation.grace_seconds }))
-        .into_response())
-}
-
-async fn revoke_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
-    if !state.store.revoke_agent(&agent).await? {
-        return Err(not_found(format!("no agent {agent:?}")));
-    }
-    Ok(Json(serde_json::json!({ "id": agent, "revoked": true })).into_response())
 }
 
 async fn create_workspace(

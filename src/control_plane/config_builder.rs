@@ -1,10 +1,13 @@
 //! Builds a workspace's `config_to_apply` (DESIGN §3, "Config"): an inventory ConfigMap, a
-//! Deployment, a Service, a home PersistentVolumeClaim and a ServiceAccount.
+//! Deployment, a Service, a home PersistentVolumeClaim and a ServiceAccount, and as GitLab does
+//! by the settings the workspace was created under, a NetworkPolicy and a ResourceQuota. A
+//! terminated workspace gets its inventory alone, so that the agent prunes the rest.
 //!
 //! The output is deterministic (sorted keys, fixed order) and canonical: quantities are written
 //! as the apiserver prints them and no field is set that the server would default differently,
 //! so re-applying an unchanged config changes no resourceVersion.
 
+use super::agent_config::AgentConfig;
 use crate::protocol::DesiredState;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION, PARTIAL_RECONCILIATION_ANNOTATION};
 use serde_json::{Value, json};
@@ -25,6 +28,8 @@ pub struct WorkspaceSpec {
     pub label_key: String,
     /// Names of the pull secrets the agent copies into the namespace.
     pub image_pull_secrets: Vec<String>,
+    /// The agent's settings when the workspace was created.
+    pub config: AgentConfig,
 }
 
 /// The inventory's id, which is also its ConfigMap's name: GitLab's `<name>-workspace-inventory`,
@@ -40,15 +45,35 @@ pub fn inventory_id(agent_id: &str, name: &str) -> String {
 /// The config for one workspace in its desired state.
 pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serde_saphyr::SerializeError> {
     let inventory = inventory_id(&spec.agent_id, &spec.name);
-    let labels = json!({ &spec.label_key: spec.agent_id, "app.kubernetes.io/name": spec.name, "app.kubernetes.io/managed-by": "wsync" });
-    let member_meta = |name: &str| {
-        json!({
-            "name": name,
-            "namespace": spec.namespace,
-            "labels": labels,
-            "annotations": { OWNING_INVENTORY_ANNOTATION: inventory, PARTIAL_RECONCILIATION_ANNOTATION: "true" },
-        })
+    // The operator's labels and annotations first, so that wsync's own keys always win.
+    let mut labels: serde_json::Map<String, Value> =
+        spec.config.labels.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    labels.insert(spec.label_key.clone(), Value::from(spec.agent_id.as_str()));
+    labels.insert("app.kubernetes.io/name".into(), Value::from(spec.name.as_str()));
+    labels.insert("app.kubernetes.io/managed-by".into(), Value::from("wsync"));
+    let labels = Value::Object(labels);
+    let annotations = |partial: bool| {
+        let mut annotations: serde_json::Map<String, Value> =
+            spec.config.annotations.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+        annotations.insert(OWNING_INVENTORY_ANNOTATION.into(), Value::from(inventory.as_str()));
+        if partial {
+            annotations.insert(PARTIAL_RECONCILIATION_ANNOTATION.into(), Value::from("true"));
+        }
+        Value::Object(annotations)
     };
+    let member_meta = |name: &str| json!({ "name": name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(true) });
+    let inventory_document = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": inventory,
+            "namespace": spec.namespace,
+            "labels": { INVENTORY_ID_LABEL: inventory, &spec.label_key: spec.agent_id },
+        },
+    });
+    if desired == DesiredState::Terminated {
+        return to_stream(&[inventory_document]);
+    }
     let selector = json!({ "app.kubernetes.io/name": spec.name });
     let mut resources = serde_json::Map::new();
     if let Some(cpu) = &spec.cpu {
@@ -57,8 +82,8 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     if let Some(memory) = &spec.memory {
         resources.insert("memory".into(), Value::from(memory.as_str()));
     }
-    let resources =
-        if resources.is_empty() { json!({}) } else { json!({ "requests": resources.clone(), "limits": resources }) };
+    let own = (!resources.is_empty()).then(|| json!({ "requests": resources.clone(), "limits": resources }));
+    let resources = spec.config.container_resources(own).unwrap_or_else(|| json!({}));
     let env: Vec<Value> = spec.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect();
     let mut container = json!({
         "name": "workspace",
@@ -81,16 +106,8 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
         let names: Vec<Value> = spec.image_pull_secrets.iter().map(|name| json!({ "name": name })).collect();
         pod_spec["imagePullSecrets"] = Value::from(names);
     }
-    let documents = [
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": inventory,
-                "namespace": spec.namespace,
-                "labels": { INVENTORY_ID_LABEL: inventory, &spec.label_key: spec.agent_id },
-            },
-        }),
+    let mut documents = vec![
+        inventory_document,
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -131,8 +148,27 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
             "automountServiceAccountToken": false,
         }),
     ];
+    if let Some(policy) = spec.config.network_policy_spec() {
+        documents.push(json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": member_meta(&spec.name),
+            "spec": policy,
+        }));
+    }
+    if let Some(hard) = spec.config.resource_quota_hard() {
+        // As GitLab: the quota is left out of partial reconciliation.
+        let metadata = json!({ "name": spec.name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(false) });
+        documents.push(
+            json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata, "spec": { "hard": hard } }),
+        );
+    }
+    to_stream(&documents)
+}
+
+fn to_stream(documents: &[Value]) -> Result<String, serde_saphyr::SerializeError> {
     let mut stream = String::new();
-    for document in &documents {
+    for document in documents {
         stream.push_str("---\n");
         stream.push_str(&crate::yaml::to_string(document)?);
     }
@@ -154,6 +190,7 @@ mod tests {
             agent_id: "1".into(),
             label_key: "agent.gitlab.com/id".into(),
             image_pull_secrets: vec![],
+            config: AgentConfig::before_settings(),
         }
     }
 
@@ -201,6 +238,51 @@ mod tests {
             assert_eq!(member.metadata.labels.as_ref().unwrap()["agent.gitlab.com/id"], "1");
         }
         assert_eq!(objects[0].metadata.labels.as_ref().unwrap()[INVENTORY_ID_LABEL], inventory_id("1", "alice"));
+    }
+
+    #[test]
+    fn gitlabs_settings_add_its_network_policy_quota_labels_and_resources() {
+        let config = AgentConfig::parse(
+            "max_resources_per_workspace: {limits: {cpu: '2', memory: 4Gi}}\n\
+             default_resources_per_workspace_container: {requests: {cpu: 100m}}\n\
+             labels: {tier: dev, agent.gitlab.com/id: forged}\nannotations: {team: eng}\n",
+        )
+        .unwrap();
+        let spec = WorkspaceSpec { cpu: None, memory: None, config, ..spec() };
+        let objects = crate::yaml::parse_objects(&build(&spec, DesiredState::Running).unwrap()).unwrap();
+        let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ConfigMap",
+                "Deployment",
+                "Service",
+                "PersistentVolumeClaim",
+                "ServiceAccount",
+                "NetworkPolicy",
+                "ResourceQuota"
+            ]
+        );
+        for member in &objects[1..] {
+            let labels = member.metadata.labels.as_ref().unwrap();
+            assert_eq!((labels["tier"].as_str(), labels["agent.gitlab.com/id"].as_str()), ("dev", "1"), "ours win");
+            let annotations = member.metadata.annotations.as_ref().unwrap();
+            assert_eq!(annotations["team"], "eng");
+            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], inventory_id("1", "alice"));
+        }
+        let quota = &objects[6];
+        assert!(!quota.metadata.annotations.as_ref().unwrap().contains_key(PARTIAL_RECONCILIATION_ANNOTATION));
+        assert_eq!(quota.data["spec"]["hard"]["limits.memory"], "4Gi");
+        let container = &objects[1].data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["resources"]["requests"]["cpu"], "100m", "the agent's default resources");
+        assert_eq!(objects[1].data["spec"]["template"]["metadata"]["labels"]["tier"], "dev");
+    }
+
+    #[test]
+    fn a_terminated_workspace_gets_its_inventory_alone() {
+        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Terminated).unwrap()).unwrap();
+        assert_eq!(objects.len(), 1);
+        assert_eq!(objects[0].metadata.name.as_deref(), Some(inventory_id("1", "alice").as_str()));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The reference control plane (DESIGN §3): it plays GitLab Rails' part of the protocol.
 
 pub mod access;
+pub mod agent_config;
+pub mod agents_api;
 pub mod api;
 pub mod config_builder;
 pub mod error;

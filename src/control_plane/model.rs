@@ -28,6 +28,9 @@ pub struct Workspace {
     pub last_reported_at: Option<i64>,
     pub error: Option<WorkspaceError>,
     pub created_at: i64,
+    /// The agent's settings when this workspace was created: what its config is built from.
+    #[serde(default = "crate::control_plane::agent_config::AgentConfig::before_settings")]
+    pub agent_config: crate::control_plane::agent_config::AgentConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

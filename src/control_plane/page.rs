@@ -134,8 +134,16 @@ async fn agent_page(
     let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
     let more = workspaces.last().filter(|_| workspaces.len() == limit).map(|w| w.name.as_str());
     let orphans = state.store.orphans(&agent).await?;
-    let view =
-        ui::AgentView { agent: &agent, workspaces: &workspaces, more, orphans: &orphans, csrf: &session.csrf_token };
+    let settings = state.store.agent_config(&agent).await?.unwrap_or_default();
+    let settings = crate::yaml::to_string(&settings).unwrap_or_default();
+    let view = ui::AgentView {
+        agent: &agent,
+        workspaces: &workspaces,
+        more,
+        orphans: &orphans,
+        csrf: &session.csrf_token,
+        settings: &settings,
+    };
     Ok(Html(ui::agent_page(&view, state.store.now())).into_response())
 }
 

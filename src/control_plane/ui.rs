@@ -122,6 +122,8 @@ pub struct AgentView<'a> {
     pub more: Option<&'a str>,
     pub orphans: &'a [Orphan],
     pub csrf: &'a str,
+    /// The agent's workspace settings, as YAML: what new workspaces get.
+    pub settings: &'a str,
 }
 
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
@@ -183,8 +185,11 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
     let body = format!(
         "{}<h1>Workspaces of agent {agent_html}</h1>\
          <table><thead><tr><th>Workspace</th><th>Namespace</th><th>Desired</th><th>Actual</th><th>Last report</th><th></th></tr></thead>\
-         <tbody>\n{rows}</tbody></table>{more}{}",
+         <tbody>\n{rows}</tbody></table>{more}\
+         <details><summary>Workspace settings (GitLab's; new workspaces get them, existing ones keep theirs)</summary>\
+         <pre>{}</pre></details>{}",
         sign_out_form(view.csrf),
+        escape(view.settings),
         orphans_section(&agent_html, view.orphans, now, view.csrf)
     );
     document(&format!("wsync: agent {agent}"), true, &body)
@@ -213,7 +218,8 @@ mod tests {
             last_seen: 60_000,
         };
         let orphans = [orphan];
-        let view = AgentView { agent: "a1", workspaces: &[], more: None, orphans: &orphans, csrf: "t0k\"" };
+        let view =
+            AgentView { agent: "a1", workspaces: &[], more: None, orphans: &orphans, csrf: "t0k\"", settings: "<x>" };
         let page = agent_page(&view, 120_000);
         assert!(page.contains("<h2>Orphans</h2>"));
         assert!(page.contains("/agents/a1/orphans/old-ns/&lt;b&gt;old&lt;/b&gt;/adopt"), "{page}");
@@ -229,6 +235,7 @@ mod tests {
         assert!(!page.contains("Orphans"), "no section without orphans");
         assert!(page.contains("href=\"/agents/a1?after=w-99\""), "a next page when more follow");
         assert!(!page.contains("<script"));
+        assert!(page.contains("<pre>&lt;x&gt;</pre>"), "the settings, escaped");
     }
 
     #[test]

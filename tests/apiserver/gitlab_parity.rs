@@ -81,3 +81,49 @@ async fn a_workspace_as_gitlab_generates_it_is_applied_whole_and_runs() {
     let quota = get_field(env, &namespace, &format!("resourcequota/{name}"), "{.spec.hard.limits\\.memory}");
     assert_eq!(quota.as_deref(), Some("4Gi"));
 }
+
+/// The reference control plane with GitLab's settings: a workspace gets its NetworkPolicy,
+/// its ResourceQuota, the operator's labels and annotations and the default resources, and
+/// runs. Settings changed later reach only workspaces created after; the first keeps its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlabs_agent_settings_shape_the_workspaces_created_under_them() {
+    let env = env();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = dir.path().join("agent-config.yaml");
+    std::fs::write(
+        &settings,
+        "remote_development:\n  network_policy:\n    egress:\n      - allow: 0.0.0.0/0\n        except: [10.0.0.0/8]\n  \
+         default_resources_per_workspace_container:\n    requests: {cpu: 100m, memory: 64Mi}\n    limits: {cpu: 500m, memory: 256Mi}\n  \
+         max_resources_per_workspace:\n    requests: {cpu: '1', memory: 1Gi}\n    limits: {cpu: '2', memory: 2Gi}\n  \
+         labels: {tier: development}\n  annotations: {team: engineering}\n",
+    )
+    .expect("write settings");
+    let config = settings.display().to_string();
+    let system = crate::support::system::System::start_with("gl-set", &["--config", &config]).await;
+    system.cli(&["create", "first", "--image", "busybox:1.36"]);
+    let first = system.wait_actual("first", "Running").await;
+    let ns = first["namespace"].as_str().expect("namespace").to_string();
+    let except = get_field(env, &ns, "networkpolicy/first", "{.spec.egress[1].to[0].ipBlock.except[0]}");
+    assert_eq!(except.as_deref(), Some("10.0.0.0/8"));
+    assert_eq!(get_field(env, &ns, "resourcequota/first", "{.spec.hard.limits\\.memory}").as_deref(), Some("2Gi"));
+    assert_eq!(get_field(env, &ns, "deployment/first", "{.metadata.labels.tier}").as_deref(), Some("development"));
+    assert_eq!(get_field(env, &ns, "service/first", "{.metadata.annotations.team}").as_deref(), Some("engineering"));
+    let cpu = get_field(env, &ns, "deployment/first", "{.spec.template.spec.containers[0].resources.limits.cpu}");
+    assert_eq!(cpu.as_deref(), Some("500m"), "the default resources, which the quota needs");
+
+    std::fs::write(&settings, "network_policy: {enabled: false}\nlabels: {tier: production}\n").expect("write");
+    system.control_plane.cli(&["agents", "set-config", &system.id, &config]);
+    system.cli(&["create", "second", "--image", "busybox:1.36"]);
+    let second = system.wait_actual("second", "Running").await;
+    let second_ns = second["namespace"].as_str().expect("namespace").to_string();
+    assert_eq!(
+        get_field(env, &second_ns, "deployment/second", "{.metadata.labels.tier}").as_deref(),
+        Some("production")
+    );
+    assert!(!kubectl(env, &["-n", &second_ns, "get", "networkpolicy/second"]).status.success(), "policy off for it");
+    // The first workspace's next config (its Stop) is built from the settings it was created under.
+    system.cli(&["stop", "first"]);
+    system.wait_actual("first", "Stopped").await;
+    assert_eq!(get_field(env, &ns, "deployment/first", "{.metadata.labels.tier}").as_deref(), Some("development"));
+    assert!(kubectl(env, &["-n", &ns, "get", "networkpolicy/first"]).status.success());
+}

@@ -10,6 +10,7 @@ mod postgres;
 pub mod rows;
 mod sqlite_writer;
 
+use super::agent_config::AgentConfig;
 use super::model::{Agent, Clock, NewWorkspace, Workspace, state_text, workspace_namespace};
 use super::pipeline::PipelineConfig;
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse};
@@ -117,16 +118,31 @@ impl Store {
 
     /// Register an agent; returns its token, which is shown once and stored hashed.
     pub async fn create_agent(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<String> {
+        self.create_agent_with(id, image_pull_secrets, &AgentConfig::default()).await
+    }
+
+    /// Register an agent with its workspace settings.
+    pub async fn create_agent_with(
+        &self,
+        id: &str,
+        image_pull_secrets: &[ImagePullSecret],
+        config: &AgentConfig,
+    ) -> StoreResult<String> {
         let token = new_token()?;
         let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        sqlx::query("INSERT INTO agents (id, token_hash, image_pull_secrets, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(id)
-            .bind(hash_token(&token))
-            .bind(secrets)
-            .bind(self.clock.now())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| conflict(e, format!("agent {id:?} already exists")))?;
+        let config = serde_json::to_string(config).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO agents (id, token_hash, image_pull_secrets, created_at, workspaces_config) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(id)
+        .bind(hash_token(&token))
+        .bind(secrets)
+        .bind(self.clock.now())
+        .bind(config)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| conflict(e, format!("agent {id:?} already exists")))?;
         Ok(token)
     }
 
@@ -150,6 +166,33 @@ impl Store {
         Ok(updated == 1)
     }
 
+    /// An agent's workspace settings; None when there is no such agent.
+    pub async fn agent_config(&self, id: &str) -> StoreResult<Option<AgentConfig>> {
+        let row = sqlx::query("SELECT workspaces_config FROM agents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            let json: String = row.try_get("workspaces_config")?;
+            serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))
+        })
+        .transpose()
+    }
+
+    /// Replace an agent's workspace settings: workspaces created from now on get them; those
+    /// that exist keep theirs (GitLab freezes a workspace's config at creation). False when
+    /// there is no such agent.
+    pub async fn set_agent_config(&self, id: &str, config: &AgentConfig) -> StoreResult<bool> {
+        let json = serde_json::to_string(config).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let updated = sqlx::query("UPDATE agents SET workspaces_config = $1 WHERE id = $2")
+            .bind(json)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     pub async fn agent_ids(&self) -> StoreResult<Vec<String>> {
         let rows = sqlx::query("SELECT id FROM agents ORDER BY id").fetch_all(&self.pool).await?;
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
@@ -164,8 +207,9 @@ impl Store {
         let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
-             desired_state_updated_at, actual_state_updated_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+             desired_state_updated_at, actual_state_updated_at, created_at, agent_config) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             (SELECT workspaces_config FROM agents WHERE id = $1))",
         )
         .bind(agent_id)
         .bind(&new.name)

@@ -76,8 +76,8 @@ impl Store {
         let now = self.clock.now();
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, env, desired_state, actual_state, \
-             desired_state_updated_at, actual_state_updated_at, created_at, deployment_resource_version) \
-             VALUES ($1, $2, $3, $4, '{}', $5, $6, $7, $8, $9, $10)",
+             desired_state_updated_at, actual_state_updated_at, created_at, deployment_resource_version, agent_config) \
+             VALUES ($1, $2, $3, $4, '{}', $5, $6, $7, $8, $9, $10, (SELECT workspaces_config FROM agents WHERE id = $1))",
         )
         .bind(agent_id)
         .bind(name)

@@ -3,6 +3,7 @@
 //! [`SavedRow`]'s fields are checked against it.
 
 use super::error::{StoreError, StoreResult};
+use crate::control_plane::agent_config::AgentConfig;
 use crate::control_plane::model::{Workspace, WorkspaceError, state_text};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -20,7 +21,7 @@ pub enum Written {
 }
 
 /// Every column of `workspaces` (migrations/), with its SQL type.
-pub const COLUMNS: [(&str, &str, Written); 21] = [
+pub const COLUMNS: [(&str, &str, Written); 22] = [
     ("agent_id", "TEXT", Written::Key),
     ("name", "TEXT", Written::Key),
     ("namespace", "TEXT", Written::AtCreation),
@@ -42,6 +43,7 @@ pub const COLUMNS: [(&str, &str, Written); 21] = [
     ("error_last_seen", "BIGINT", Written::ByReconcile),
     ("error_desired_state", "TEXT", Written::ByReconcile),
     ("created_at", "BIGINT", Written::AtCreation),
+    ("agent_config", "TEXT", Written::AtCreation),
 ];
 
 fn names(written: Written) -> impl Iterator<Item = &'static str> {
@@ -158,6 +160,10 @@ pub fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
         last_reported_at: row.integer("last_reported_at")?,
         error,
         created_at: row.required_integer("created_at")?,
+        agent_config: match row.text("agent_config")? {
+            Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("agent_config: {e}")))?,
+            None => AgentConfig::before_settings(),
+        },
     })
 }
 
@@ -269,6 +275,7 @@ mod tests {
             last_reported_at: Some(3),
             error: None,
             created_at: 0,
+            agent_config: AgentConfig::before_settings(),
         }
     }
 

@@ -1,0 +1,212 @@
+//! GitLab's per-agent workspace settings (the agent config's `remote_development` keys), as
+//! the control plane keeps them, checks them and turns them into objects: the NetworkPolicy
+//! and ResourceQuota GitLab sends, the labels and annotations it stamps, and the default
+//! container resources. Free of I/O. A workspace keeps the settings it was created under.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// One egress rule: traffic to `allow`, except to `except`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRule {
+    pub allow: String,
+    #[serde(default)]
+    pub except: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "default_egress")]
+    pub egress: Vec<EgressRule>,
+}
+
+impl Default for NetworkPolicy {
+    fn default() -> Self {
+        Self { enabled: true, egress: default_egress() }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// GitLab's default: the internet, not the private ranges.
+fn default_egress() -> Vec<EgressRule> {
+    vec![EgressRule {
+        allow: "0.0.0.0/0".into(),
+        except: vec!["10.0.0.0/8".into(), "172.16.0.0/12".into(), "192.168.0.0/16".into()],
+    }]
+}
+
+/// `requests` and `limits`, each of `cpu` and `memory`, as Kubernetes quantities.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+impl Resources {
+    fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.limits.is_empty()
+    }
+}
+
+/// The settings, with GitLab's names and defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    #[serde(default)]
+    pub network_policy: NetworkPolicy,
+    #[serde(default)]
+    pub default_resources_per_workspace_container: Resources,
+    /// A ResourceQuota of this size in every workspace's namespace.
+    #[serde(default)]
+    pub max_resources_per_workspace: Resources,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl AgentConfig {
+    /// What a workspace created before agents had settings gets: nothing beyond what it was
+    /// built with then, so that an upgrade changes no running workspace.
+    pub fn before_settings() -> Self {
+        Self { network_policy: NetworkPolicy { enabled: false, egress: Vec::new() }, ..Self::default() }
+    }
+
+    /// Read GitLab's YAML or JSON: the `remote_development` block of an agent config, or its
+    /// keys alone. Keys wsync does not know are refused by name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value = crate::yaml::parse_value(text).map_err(|e| format!("agent config: {e}"))?;
+        let value = match value.get("remote_development") {
+            Some(inner) => inner.clone(),
+            None if value.is_null() => json!({}),
+            None => value,
+        };
+        let config: Self = serde_json::from_value(value).map_err(|e| format!("agent config: {e}"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// CIDRs that parse, label and annotation keys Kubernetes takes, resources of cpu and memory.
+    pub fn validate(&self) -> Result<(), String> {
+        for rule in &self.network_policy.egress {
+            for cidr in std::iter::once(&rule.allow).chain(&rule.except) {
+                if !is_cidr(cidr) {
+                    return Err(format!("network_policy.egress: {cidr:?} is not a CIDR"));
+                }
+            }
+        }
+        for (field, resources) in [
+            ("default_resources_per_workspace_container", &self.default_resources_per_workspace_container),
+            ("max_resources_per_workspace", &self.max_resources_per_workspace),
+        ] {
+            for (name, quantity) in resources.requests.iter().chain(&resources.limits) {
+                if !matches!(name.as_str(), "cpu" | "memory") || !is_quantity(quantity) {
+                    return Err(format!("{field}: {name}: {quantity:?} is not a cpu or memory quantity"));
+                }
+            }
+        }
+        for (key, value) in &self.labels {
+            if !is_qualified_name(key) || !is_label_value(value) {
+                return Err(format!("labels: {key:?}: {value:?} is not a Kubernetes label"));
+            }
+        }
+        if let Some(key) = self.annotations.keys().find(|k| !is_qualified_name(k)) {
+            return Err(format!("annotations: {key:?} is not a Kubernetes annotation key"));
+        }
+        Ok(())
+    }
+
+    /// The NetworkPolicy GitLab sends: all of the workspace's Pods; in from the workspaces
+    /// proxy only; out to DNS in kube-system and to the egress rules.
+    pub fn network_policy_spec(&self) -> Option<Value> {
+        if !self.network_policy.enabled {
+            return None;
+        }
+        let mut egress = vec![json!({
+            "ports": [{ "port": 53, "protocol": "TCP" }, { "port": 53, "protocol": "UDP" }],
+            "to": [{ "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "kube-system" } } }],
+        })];
+        for rule in &self.network_policy.egress {
+            egress.push(json!({ "to": [{ "ipBlock": { "cidr": rule.allow, "except": rule.except } }] }));
+        }
+        Some(json!({
+            "egress": egress,
+            "ingress": [{ "from": [{
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
+                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } },
+            }] }],
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+        }))
+    }
+
+    /// The ResourceQuota's `spec.hard`, when there is a maximum.
+    pub fn resource_quota_hard(&self) -> Option<Value> {
+        let max = &self.max_resources_per_workspace;
+        if max.is_empty() {
+            return None;
+        }
+        let mut hard = serde_json::Map::new();
+        for (scope, values) in [("requests", &max.requests), ("limits", &max.limits)] {
+            for (name, quantity) in values {
+                hard.insert(format!("{scope}.{name}"), Value::from(quantity.as_str()));
+            }
+        }
+        Some(Value::Object(hard))
+    }
+
+    /// A container's resources: the workspace's own, else the agent's defaults.
+    pub fn container_resources(&self, own: Option<Value>) -> Option<Value> {
+        own.or_else(|| {
+            let defaults = &self.default_resources_per_workspace_container;
+            (!defaults.is_empty()).then(|| serde_json::to_value(defaults).unwrap_or_default())
+        })
+    }
+}
+
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else { return false };
+    let Ok(prefix) = prefix.parse::<u8>() else { return false };
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => prefix <= 32,
+        Ok(std::net::IpAddr::V6(_)) => prefix <= 128,
+        Err(_) => false,
+    }
+}
+
+/// `500m`, `2`, `1.5`, `4Gi`, `512M`: digits, an optional fraction, an optional suffix.
+fn is_quantity(text: &str) -> bool {
+    let number_end = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(number_end);
+    !number.is_empty()
+        && number.parse::<f64>().is_ok()
+        && matches!(suffix, "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei")
+}
+
+fn is_label_value(value: &str) -> bool {
+    value.len() <= 63
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && value.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+        && value.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+}
+
+/// `name` or `prefix/name`, with a DNS-subdomain prefix and a label-value-shaped name.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+    let prefix_ok = prefix.is_empty() || crate::control_plane::validation::is_dns_subdomain(prefix);
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,63 @@
+use super::*;
+
+#[test]
+fn gitlabs_defaults_and_its_network_policy() {
+    let config = AgentConfig::parse("remote_development:\n  enabled: true\n").err();
+    assert!(config.is_some_and(|e| e.contains("enabled")), "unknown keys are refused by name");
+    let config = AgentConfig::parse("{}").unwrap();
+    assert_eq!(config, AgentConfig::default());
+    let spec = config.network_policy_spec().expect("on by default");
+    // GitLab's own, as its spec fixture has it (tests/fixtures/gitlab/config_to_apply.yaml).
+    assert_eq!(
+        spec,
+        json!({
+            "egress": [
+                { "ports": [{ "port": 53, "protocol": "TCP" }, { "port": 53, "protocol": "UDP" }],
+                  "to": [{ "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "kube-system" } } }] },
+                { "to": [{ "ipBlock": { "cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"] } }] },
+            ],
+            "ingress": [{ "from": [{
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
+                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } } }] }],
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+        })
+    );
+    assert_eq!(config.resource_quota_hard(), None, "no quota without a maximum");
+    assert_eq!(AgentConfig::before_settings().network_policy_spec(), None);
+}
+
+#[test]
+fn a_gitlab_agent_config_block_is_read_whole() {
+    let yaml = "remote_development:\n  network_policy:\n    egress:\n      - allow: 0.0.0.0/0\n        except: [10.0.0.0/8]\n      - allow: 10.1.2.0/24\n  default_resources_per_workspace_container:\n    requests: {cpu: 500m, memory: 512Mi}\n    limits: {cpu: '1', memory: 1Gi}\n  max_resources_per_workspace:\n    requests: {cpu: '1', memory: 1Gi}\n    limits: {cpu: '2', memory: 4Gi}\n  labels: {tier: development}\n  annotations: {team: engineering}\n";
+    let config = AgentConfig::parse(yaml).unwrap();
+    assert_eq!(config.network_policy.egress.len(), 2);
+    assert_eq!(
+        config.resource_quota_hard(),
+        Some(json!({ "limits.cpu": "2", "limits.memory": "4Gi", "requests.cpu": "1", "requests.memory": "1Gi" }))
+    );
+    let defaulted = config.container_resources(None).unwrap();
+    assert_eq!(defaulted["requests"]["cpu"], "500m");
+    let own = json!({ "limits": { "cpu": "3" } });
+    assert_eq!(config.container_resources(Some(own.clone())), Some(own), "a workspace's own resources win");
+}
+
+#[test]
+fn what_kubernetes_would_refuse_is_refused_first() {
+    for (yaml, field) in [
+        ("network_policy: {egress: [{allow: 10.0.0.0}]}", "network_policy.egress"),
+        ("network_policy: {egress: [{allow: 10.0.0.0/33}]}", "network_policy.egress"),
+        ("network_policy: {egress: [{allow: 0.0.0.0/0, except: [nope]}]}", "network_policy.egress"),
+        ("max_resources_per_workspace: {limits: {gpu: '1'}}", "max_resources_per_workspace"),
+        ("max_resources_per_workspace: {limits: {cpu: lots}}", "max_resources_per_workspace"),
+        ("default_resources_per_workspace_container: {requests: {memory: 1Gb}}", "default_resources"),
+        ("labels: {'bad key!': x}", "labels"),
+        ("labels: {ok: 'value with spaces'}", "labels"),
+        ("annotations: {'-x': v}", "annotations"),
+    ] {
+        let error = AgentConfig::parse(yaml).unwrap_err();
+        assert!(error.contains(field), "{yaml}: {error}");
+    }
+    assert!(AgentConfig::parse("labels: {'example.com/tier': dev, app: ''}").is_ok());
+    assert!(AgentConfig::parse("network_policy: {egress: [{allow: '::/0'}]}").is_ok());
+}

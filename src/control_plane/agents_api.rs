@@ -1,0 +1,122 @@
+//! The JSON API for agents: register, tokens (rotate, revoke), image pull secrets, and
+//! GitLab's workspace settings. Behind the front door and the admin token, as all of `api`.
+
+use super::agent_config::AgentConfig;
+use super::api::{ApiError, ApiResult, AppState, authorize_admin, bad_request, not_found, parse};
+use super::validation::{is_dns_label, validate_pull_secrets};
+use crate::protocol::ImagePullSecret;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use std::sync::Arc;
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/v1/agents", post(register_agent))
+        .route("/api/v1/agents/{agent}/rotate-token", post(rotate_token))
+        .route("/api/v1/agents/{agent}/revoke", post(revoke_agent))
+        .route("/api/v1/agents/{agent}/image-pull-secrets", put(set_image_pull_secrets))
+        .route("/api/v1/agents/{agent}/config", get(agent_config).put(set_agent_config))
+}
+
+#[derive(serde::Deserialize)]
+struct RegisterAgent {
+    id: String,
+    #[serde(default)]
+    image_pull_secrets: Vec<ImagePullSecret>,
+    /// GitLab's workspace settings; its defaults when left out.
+    #[serde(default)]
+    config: Option<AgentConfig>,
+}
+
+async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let request: RegisterAgent = parse(&body)?;
+    if !is_dns_label(&request.id) {
+        return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
+    }
+    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
+    let config = request.config.unwrap_or_default();
+    config.validate().map_err(bad_request)?;
+    let token = state.store.create_agent_with(&request.id, &request.image_pull_secrets, &config).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct SetImagePullSecrets {
+    image_pull_secrets: Vec<ImagePullSecret>,
+}
+
+async fn set_image_pull_secrets(
+    State(state): State<Arc<AppState>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let request: SetImagePullSecrets = parse(&body)?;
+    validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
+    if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
+        return Err(ApiError(StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
+    }
+    Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct Rotation {
+    /// How long the replaced token keeps working.
+    #[serde(default = "default_grace_seconds")]
+    grace_seconds: u64,
+}
+
+fn default_grace_seconds() -> u64 {
+    3600
+}
+
+async fn rotate_token(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let rotation: Rotation = parse(&body)?;
+    let grace_ms = i64::try_from(rotation.grace_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let token = state.store.rotate_agent_token(&agent, grace_ms).await?;
+    let token = token.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
+    Ok(Json(serde_json::json!({ "id": agent, "token": token, "previous_token_valid_seconds": rotation.grace_seconds }))
+        .into_response())
+}
+
+async fn revoke_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    if !state.store.revoke_agent(&agent).await? {
+        return Err(not_found(format!("no agent {agent:?}")));
+    }
+    Ok(Json(serde_json::json!({ "id": agent, "revoked": true })).into_response())
+}
+
+/// The settings new workspaces get; the existing ones keep those they were created under.
+async fn agent_config(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let config = state.store.agent_config(&agent).await?.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
+    Ok(Json(config).into_response())
+}
+
+async fn set_agent_config(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    authorize_admin(&state, &headers).await?;
+    let config: AgentConfig = parse(&body)?;
+    config.validate().map_err(bad_request)?;
+    if !state.store.set_agent_config(&agent, &config).await? {
+        return Err(not_found(format!("no agent {agent:?}")));
+    }
+    Ok(Json(config).into_response())
+}
