@@ -2,12 +2,12 @@
 //! GitLab's workspace settings. Behind the front door and the admin token, as all of `api`.
 
 use super::agent_config::AgentConfig;
-use super::api::{ApiError, ApiResult, AppState, authorize_admin, bad_request, not_found, parse};
+use super::api::{Admin, ApiResult, AppState, bad_request, no_agent, parse};
 use super::validation::{is_dns_label, validate_pull_secrets};
 use crate::protocol::ImagePullSecret;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -32,8 +32,7 @@ struct RegisterAgent {
     config: Option<AgentConfig>,
 }
 
-async fn register_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
+async fn register_agent(_: Admin, State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult {
     let request: RegisterAgent = parse(&body)?;
     if !is_dns_label(&request.id) {
         return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
@@ -51,16 +50,15 @@ struct SetImagePullSecrets {
 }
 
 async fn set_image_pull_secrets(
+    _: Admin,
     State(state): State<Arc<AppState>>,
     Path(agent): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     let request: SetImagePullSecrets = parse(&body)?;
     validate_pull_secrets(&request.image_pull_secrets).map_err(bad_request)?;
     if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
-        return Err(ApiError(StatusCode::NOT_FOUND, format!("no agent {agent:?}")));
+        return Err(no_agent(&agent));
     }
     Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
 }
@@ -77,46 +75,42 @@ fn default_grace_seconds() -> u64 {
 }
 
 async fn rotate_token(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     let rotation: Rotation = parse(&body)?;
     let grace_ms = i64::try_from(rotation.grace_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let token = state.store.rotate_agent_token(&agent, grace_ms).await?;
-    let token = token.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
+    let token = token.ok_or_else(|| no_agent(&agent))?;
     Ok(Json(serde_json::json!({ "id": agent, "token": token, "previous_token_valid_seconds": rotation.grace_seconds }))
         .into_response())
 }
 
-async fn revoke_agent(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
+async fn revoke_agent(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {
     if !state.store.revoke_agent(&agent).await? {
-        return Err(not_found(format!("no agent {agent:?}")));
+        return Err(no_agent(&agent));
     }
     Ok(Json(serde_json::json!({ "id": agent, "revoked": true })).into_response())
 }
 
 /// The settings new workspaces get; the existing ones keep those they were created under.
-async fn agent_config(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
-    let config = state.store.agent_config(&agent).await?.ok_or_else(|| not_found(format!("no agent {agent:?}")))?;
+async fn agent_config(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {
+    let config = state.store.agent_config(&agent).await?.ok_or_else(|| no_agent(&agent))?;
     Ok(Json(config).into_response())
 }
 
 async fn set_agent_config(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     let config: AgentConfig = parse(&body)?;
     config.validate().map_err(bad_request)?;
     if !state.store.set_agent_config(&agent, &config).await? {
-        return Err(not_found(format!("no agent {agent:?}")));
+        return Err(no_agent(&agent));
     }
     Ok(Json(config).into_response())
 }

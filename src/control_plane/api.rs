@@ -151,6 +151,10 @@ pub(super) fn not_found(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::NOT_FOUND, message.into())
 }
 
+pub(super) fn no_agent(agent: &str) -> ApiError {
+    not_found(format!("no agent {agent:?}"))
+}
+
 pub(super) fn unauthorized() -> ApiError {
     ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into())
 }
@@ -170,9 +174,24 @@ async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Age
 }
 
 /// The JSON API's admin check: a Bearer token, never the page's cookie.
-pub(super) async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = bearer(headers).ok_or_else(unauthorized)?;
     if state.is_admin(given).await? { Ok(()) } else { Err(unauthorized()) }
+}
+
+/// A request the admin token authorizes: a handler that takes it runs only for the admin, and
+/// its body, extracted after it, is read only then.
+pub(super) struct Admin;
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        authorize_admin(state, &parts.headers).await.map(|()| Admin)
+    }
 }
 
 /// The token is checked before a byte of the body is read: an unauthenticated 64 MiB upload
@@ -195,13 +214,8 @@ async fn prerequisites(State(state): State<Arc<AppState>>, headers: HeaderMap) -
     Ok(Json(Prerequisites::default()).into_response())
 }
 
-async fn known_agent(state: &AppState, headers: &HeaderMap, agent: &str) -> Result<(), ApiError> {
-    authorize_admin(state, headers).await?;
-    exists(state, agent).await
-}
-
 pub(super) async fn exists(state: &AppState, agent: &str) -> Result<(), ApiError> {
-    if state.store.agent_exists(agent).await? { Ok(()) } else { Err(not_found(format!("no agent {agent:?}"))) }
+    if state.store.agent_exists(agent).await? { Ok(()) } else { Err(no_agent(agent)) }
 }
 
 /// `?after=<name>&limit=<n>`: one page of workspaces in name order.
@@ -214,12 +228,12 @@ pub(super) struct PageQuery {
 
 /// One page; when more follow, `Link: <…?after=last>; rel="next"` says where.
 async fn list_workspaces(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(agent): Path<String>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult {
-    known_agent(&state, &headers, &agent).await?;
+    exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
     let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
     let mut response = Json(&workspaces).into_response();
@@ -233,12 +247,12 @@ async fn list_workspaces(
 }
 
 async fn create_workspace(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    known_agent(&state, &headers, &agent).await?;
+    exists(&state, &agent).await?;
     let new: NewWorkspace = parse(&body)?;
     if !is_dns_label(&new.name) {
         return Err(bad_request("workspace name must be a DNS label: lowercase letters, digits and '-'"));
@@ -250,11 +264,10 @@ async fn create_workspace(
 }
 
 async fn get_workspace(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     let workspace = state.store.workspace(&agent, &name).await?;
     let workspace = workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))?;
     Ok(Json(workspace).into_response())
@@ -272,16 +285,15 @@ pub(super) async fn set_desired(
 }
 
 async fn workspace_action(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(target): Path<(String, String, String)>,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     Ok(Json(set_desired(&state, target).await?).into_response())
 }
 
-async fn list_orphans(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(agent): Path<String>) -> ApiResult {
-    known_agent(&state, &headers, &agent).await?;
+async fn list_orphans(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {
+    exists(&state, &agent).await?;
     Ok(Json(state.store.orphans(&agent).await?).into_response())
 }
 
@@ -310,12 +322,11 @@ pub(super) async fn settle_orphan(
 }
 
 async fn orphan_action(
+    _: Admin,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     Path(target): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> ApiResult {
-    authorize_admin(&state, &headers).await?;
     let adoption: Adoption = if body.is_empty() { Adoption::default() } else { parse(&body)? };
     Ok(Json(settle_orphan(&state, target, adoption.image).await?).into_response())
 }

@@ -192,43 +192,26 @@ async fn cross_origin_writes_change_nothing(database: String, dir: tempfile::Tem
     assert!(landed.is_empty(), "{landed:#?}");
 
     // The page's own form, from its own origin, with its session and token, works.
-    let stop = format!("{url}/agents/a1/workspaces/ws/stop");
-    let answer = http()
-        .post(&stop)
-        .header("origin", url)
-        .header("cookie", &cookie)
-        .header("content-type", form)
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let own_form = |path: &str| {
+        http()
+            .post(format!("{url}{path}"))
+            .header("origin", url)
+            .header("cookie", &cookie)
+            .header("content-type", form)
+            .body(format!("csrf={csrf}"))
+            .send()
+    };
+    let answer = own_form("/agents/a1/workspaces/ws/stop").await.unwrap();
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     assert_eq!(desired(&control_plane), "Stopped");
 
     // Signing out ends the session: its cookie opens nothing after.
-    let out = http()
-        .post(format!("{url}/sign-out"))
-        .header("origin", url)
-        .header("cookie", &cookie)
-        .header("content-type", form)
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let out = own_form("/sign-out").await.unwrap();
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
     let page = http().get(format!("{url}/agents/a1")).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::SEE_OTHER, "back to the sign-in form");
-    let start = format!("{url}/agents/a1/workspaces/ws/start");
-    let replay = http()
-        .post(&start)
-        .header("origin", url)
-        .header("cookie", &cookie)
-        .header("content-type", form)
-        .body(format!("csrf={csrf}"))
-        .send()
-        .await
-        .unwrap();
+    let replay = own_form("/agents/a1/workspaces/ws/start").await.unwrap();
     assert_eq!(replay.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(desired(&control_plane), "Stopped");
 }
