@@ -329,3 +329,35 @@ async fn answers_have_gitlabs_shape_and_order() {
         assert!(info.contains_key("deployment_resource_version") && info["deployment_resource_version"].is_null());
     }
 }
+
+/// `workspaces_quota`: creation past it is refused with the count; a terminated workspace
+/// frees its place. Settings that Kubernetes would refuse are refused first, by name.
+#[tokio::test]
+async fn the_workspaces_quota_and_settings_are_checked_at_the_door() {
+    let server = serve().await;
+    let register = json!({"id": "q1", "config": {"workspaces_quota": 1}}).to_string();
+    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(&register)).await;
+    assert_eq!(status, 201);
+    let create = |name: &str| json!({"name": name, "image": "busybox:1.36"}).to_string();
+    let path = "/api/v1/agents/q1/workspaces";
+    let (status, _) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("one"))).await;
+    assert_eq!(status, 201);
+    let (status, body) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("two"))).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("workspaces_quota"), "{body}");
+    server.send(reqwest::Method::POST, "/api/v1/agents/q1/workspaces/one/terminate", Some(ADMIN), None).await;
+    let (status, _) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("two"))).await;
+    assert_eq!(status, 201, "a terminated workspace frees its place");
+
+    for bad in [
+        json!({"network_policy": {"egress": [{"allow": "everywhere"}]}}),
+        json!({"allow_privilege_escalation": true}),
+        json!({"not_a_setting": 1}),
+    ] {
+        let (status, body) =
+            server.send(reqwest::Method::PUT, "/api/v1/agents/q1/config", Some(ADMIN), Some(&bad.to_string())).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, config) = server.send(reqwest::Method::GET, "/api/v1/agents/q1/config", Some(ADMIN), None).await;
+    assert_eq!((status, config["workspaces_quota"].clone()), (200, json!(1)), "unchanged by the refusals");
+}

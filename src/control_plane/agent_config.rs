@@ -60,7 +60,7 @@ impl Resources {
 }
 
 /// The settings, with GitLab's names and defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     #[serde(default)]
@@ -74,13 +74,54 @@ pub struct AgentConfig {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// The Pods' `runtimeClassName`; none when empty.
+    #[serde(default)]
+    pub default_runtime_class: String,
+    /// `hostUsers: false` on the Pods (Kubernetes 1.25 and later know the field).
+    #[serde(default)]
+    pub use_kubernetes_user_namespaces: bool,
+    /// Every container's `allowPrivilegeEscalation` (GitLab: false); None for a workspace
+    /// created before settings existed, which sets nothing.
+    #[serde(default = "no_escalation")]
+    pub allow_privilege_escalation: Option<bool>,
+    /// At most this many workspaces that are not terminated; -1 for no limit.
+    #[serde(default = "unlimited")]
+    pub workspaces_quota: i64,
+}
+
+fn no_escalation() -> Option<bool> {
+    Some(false)
+}
+
+fn unlimited() -> i64 {
+    -1
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            network_policy: NetworkPolicy::default(),
+            default_resources_per_workspace_container: Resources::default(),
+            max_resources_per_workspace: Resources::default(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            default_runtime_class: String::new(),
+            use_kubernetes_user_namespaces: false,
+            allow_privilege_escalation: no_escalation(),
+            workspaces_quota: unlimited(),
+        }
+    }
 }
 
 impl AgentConfig {
     /// What a workspace created before agents had settings gets: nothing beyond what it was
     /// built with then, so that an upgrade changes no running workspace.
     pub fn before_settings() -> Self {
-        Self { network_policy: NetworkPolicy { enabled: false, egress: Vec::new() }, ..Self::default() }
+        Self {
+            network_policy: NetworkPolicy { enabled: false, egress: Vec::new() },
+            allow_privilege_escalation: None,
+            ..Self::default()
+        }
     }
 
     /// Read GitLab's YAML or JSON: the `remote_development` block of an agent config, or its
@@ -124,7 +165,44 @@ impl AgentConfig {
         if let Some(key) = self.annotations.keys().find(|k| !is_qualified_name(k)) {
             return Err(format!("annotations: {key:?} is not a Kubernetes annotation key"));
         }
+        let runtime_class = &self.default_runtime_class;
+        if !runtime_class.is_empty() && !crate::control_plane::validation::is_dns_subdomain(runtime_class) {
+            return Err(format!("default_runtime_class: {runtime_class:?} is not a RuntimeClass name"));
+        }
+        // GitLab's rule: escalation only where something else contains it.
+        if self.allow_privilege_escalation == Some(true)
+            && !self.use_kubernetes_user_namespaces
+            && runtime_class.is_empty()
+        {
+            return Err(
+                "allow_privilege_escalation: true needs use_kubernetes_user_namespaces or a default_runtime_class"
+                    .into(),
+            );
+        }
+        if self.workspaces_quota < -1 {
+            return Err(format!("workspaces_quota: {} is neither -1 (no limit) nor a count", self.workspaces_quota));
+        }
         Ok(())
+    }
+
+    /// What the settings set on the Pod spec and on each container's securityContext.
+    pub fn apply_to_pod(&self, pod_spec: &mut serde_json::Map<String, Value>) {
+        if !self.default_runtime_class.is_empty() {
+            pod_spec.insert("runtimeClassName".into(), Value::from(self.default_runtime_class.as_str()));
+        }
+        if self.use_kubernetes_user_namespaces {
+            pod_spec.insert("hostUsers".into(), Value::from(false));
+        }
+        if let Some(allow) = self.allow_privilege_escalation {
+            for container in pod_spec.get_mut("containers").and_then(Value::as_array_mut).into_iter().flatten() {
+                container["securityContext"] = json!({ "allowPrivilegeEscalation": allow, "privileged": false });
+            }
+        }
+    }
+
+    /// Whether one more workspace fits when `existing` are not terminated.
+    pub fn admits_another(&self, existing: i64) -> bool {
+        self.workspaces_quota < 0 || existing < self.workspaces_quota
     }
 
     /// The NetworkPolicy GitLab sends: all of the workspace's Pods; in from the workspaces

@@ -106,6 +106,9 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
         let names: Vec<Value> = spec.image_pull_secrets.iter().map(|name| json!({ "name": name })).collect();
         pod_spec["imagePullSecrets"] = Value::from(names);
     }
+    if let Some(pod_spec) = pod_spec.as_object_mut() {
+        spec.config.apply_to_pod(pod_spec);
+    }
     let mut documents = vec![
         inventory_document,
         json!({
@@ -276,6 +279,33 @@ mod tests {
         let container = &objects[1].data["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["resources"]["requests"]["cpu"], "100m", "the agent's default resources");
         assert_eq!(objects[1].data["spec"]["template"]["metadata"]["labels"]["tier"], "dev");
+    }
+
+    #[test]
+    fn runtime_class_user_namespaces_and_escalation_reach_the_pod() {
+        let pod = |config: AgentConfig| {
+            let spec = WorkspaceSpec { config, ..spec() };
+            let objects = crate::yaml::parse_objects(&build(&spec, DesiredState::Running).unwrap()).unwrap();
+            objects[1].data["spec"]["template"]["spec"].clone()
+        };
+        let before = pod(AgentConfig::before_settings());
+        assert!(before.get("runtimeClassName").is_none() && before.get("hostUsers").is_none());
+        assert!(before["containers"][0].get("securityContext").is_none(), "an old workspace builds as it did");
+        let gitlab = pod(AgentConfig::default());
+        assert_eq!(
+            gitlab["containers"][0]["securityContext"],
+            json!({ "allowPrivilegeEscalation": false, "privileged": false })
+        );
+        let config = AgentConfig::parse(
+            "default_runtime_class: gvisor\nuse_kubernetes_user_namespaces: true\nallow_privilege_escalation: true\n",
+        )
+        .unwrap();
+        let contained = pod(config);
+        assert_eq!(
+            (contained["runtimeClassName"].as_str(), contained["hostUsers"].as_bool()),
+            (Some("gvisor"), Some(false))
+        );
+        assert_eq!(contained["containers"][0]["securityContext"]["allowPrivilegeEscalation"], true);
     }
 
     #[test]

@@ -149,3 +149,42 @@ async fn agent_tokens_rotate_with_a_grace_period_and_revoke() {
     let unknown = control_plane.try_cli(&["agents", "revoke", "nobody"]);
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("404"));
 }
+
+/// An unauthenticated 64 MiB reconcile upload is answered 401 before its body is read: the
+/// real process's resident memory stays where it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unauthenticated_upload_leaves_memory_flat() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let control_plane = ControlPlaneProcess::start(&sqlite(&dir), dir.path().join("control-plane.log"), &[]);
+    let before = control_plane.rss_bytes();
+    let address = control_plane.url.trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    const TOTAL: usize = 64 * 1024 * 1024;
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer not-a-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {TOTAL}\r\n\r\n",
+        wsync::protocol::RECONCILE_PATH
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
+    let uploader = tokio::spawn(async move {
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < TOTAL {
+            match tokio::time::timeout(Duration::from_secs(2), write.write_all(&chunk)).await {
+                Ok(Ok(())) => sent += chunk.len(),
+                _ => break,
+            }
+        }
+        sent
+    });
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), read.read(&mut answer)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 401"));
+    let sent = uploader.await.unwrap();
+    let after = control_plane.rss_bytes();
+    let grew = after.saturating_sub(before);
+    println!("64 MiB unauthenticated upload: {} KiB sent, RSS {} → {} KiB", sent / 1024, before / 1024, after / 1024);
+    assert!(grew < 8 * 1024 * 1024, "the control plane grew {} KiB", grew / 1024);
+}

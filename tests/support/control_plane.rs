@@ -67,6 +67,17 @@ impl ControlPlaneProcess {
         process
     }
 
+    /// The process's resident memory, in bytes (from /proc).
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.child.as_ref().map(Child::id).expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok());
+        kib.expect("VmRSS") * 1024
+    }
+
     /// Everything the process printed on stdout, across restarts.
     pub fn printed(&self) -> String {
         std::fs::read_to_string(&self.stdout).unwrap_or_default()

@@ -54,10 +54,22 @@ fn what_kubernetes_would_refuse_is_refused_first() {
         ("labels: {'bad key!': x}", "labels"),
         ("labels: {ok: 'value with spaces'}", "labels"),
         ("annotations: {'-x': v}", "annotations"),
+        ("default_runtime_class: Not_A_Name", "default_runtime_class"),
+        ("allow_privilege_escalation: true", "allow_privilege_escalation"),
+        ("workspaces_quota: -2", "workspaces_quota"),
     ] {
         let error = AgentConfig::parse(yaml).unwrap_err();
         assert!(error.contains(field), "{yaml}: {error}");
     }
     assert!(AgentConfig::parse("labels: {'example.com/tier': dev, app: ''}").is_ok());
     assert!(AgentConfig::parse("network_policy: {egress: [{allow: '::/0'}]}").is_ok());
+}
+
+#[test]
+fn the_workspaces_quota_counts_what_is_not_terminated() {
+    let unlimited = AgentConfig::default();
+    assert!(unlimited.admits_another(1_000_000));
+    let two = AgentConfig::parse("workspaces_quota: 2").unwrap();
+    assert!(two.admits_another(1) && !two.admits_another(2));
+    assert!(!AgentConfig::parse("workspaces_quota: 0").unwrap().admits_another(0), "0: no workspaces at all");
 }

@@ -205,6 +205,27 @@ impl Store {
     pub async fn create_workspace(&self, agent_id: &str, new: &NewWorkspace) -> StoreResult<Workspace> {
         let now = self.clock.now();
         let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // Under the agent's lock, so that two creations cannot both take the last place.
+        let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, agent_id).await?;
+        let config = sqlx::query("SELECT workspaces_config FROM agents WHERE id = $1")
+            .bind(agent_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::Conflict(format!("no agent {agent_id:?}")))?;
+        let config: AgentConfig = serde_json::from_str(&config.try_get::<String, _>("workspaces_config")?)
+            .map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))?;
+        let (existing,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2")
+                .bind(agent_id)
+                .bind(state_text(&DesiredState::Terminated))
+                .fetch_one(&mut *tx)
+                .await?;
+        if !config.admits_another(existing) {
+            return Err(StoreError::Conflict(format!(
+                "agent {agent_id:?} has {existing} workspaces that are not terminated, its workspaces_quota"
+            )));
+        }
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
              desired_state_updated_at, actual_state_updated_at, created_at, agent_config) \
@@ -223,9 +244,10 @@ impl Store {
         .bind(now)
         .bind(now)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;
+        tx.commit().await?;
         self.workspace(agent_id, &new.name).await?.ok_or_else(|| StoreError::Corrupt("inserted row vanished".into()))
     }
 
