@@ -22,10 +22,15 @@ PURE = [
     "src/agent/apply/field_policy.rs",
     "src/agent/apply/pod_security.rs",
     "src/agent/apply/defaults.rs",
+    "src/agent/apply/shared_namespace.rs",
     "src/control_plane/access.rs",
     "src/control_plane/validation.rs",
     "src/control_plane/rules.rs",
     "src/control_plane/pipeline.rs",
+    "src/control_plane/config_builder.rs",
+    "src/control_plane/config_builder",
+    "src/control_plane/agent_config.rs",
+    "src/control_plane/agent_config",
 ]
 NO_IO = re.compile(r"\.await\b|\bkube::Client\b|\bClient::|\bApi<|\breqwest::")
 FORBIDDEN = {

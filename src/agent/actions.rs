@@ -164,16 +164,26 @@ pub async fn refresh_pull_secret_copies(ctx: &Context) {
 /// what holds the namespace, and a Warning Event. The control plane's Terminated keeps them
 /// going; the namespace's deletion was asked for already.
 pub async fn report_stuck_terminations(ctx: &Context, keys: Vec<WorkspaceKey>) {
+    let shared = ctx.cluster.config().namespace_mode.shared().is_some();
     for key in keys {
-        let holdup = match ctx.cluster.namespace_holdup(key.namespace()).await {
+        let holdup = if shared {
+            ctx.applier.shared_termination_holdup(&key).await
+        } else {
+            ctx.cluster.namespace_holdup(key.namespace()).await
+        };
+        let holdup = match holdup {
             Ok(Some(holdup)) => holdup,
             Ok(None) => continue,
-            Err(error) => format!("its namespace could not be read: {}", super::error::api_message(&error)),
+            Err(error) => format!("what holds it could not be read: {}", super::error::api_message(&error)),
         };
         let timeout = ctx.config.termination_timeout;
+        let what = if shared {
+            format!("workspace {}'s objects are", key.name())
+        } else {
+            format!("namespace {} is", key.namespace())
+        };
         let error = ApplyError::kubernetes(format!(
-            "namespace {} is still terminating after {timeout:?} (--termination-timeout): {holdup}",
-            key.namespace()
+            "{what} still terminating after {timeout:?} (--termination-timeout): {holdup}"
         ));
         fail_now(ctx, &key, &error, "Terminate");
         warn(ctx, &key, "TerminationStuck", "Terminate", &error.message).await;

@@ -90,6 +90,11 @@ async fn run_cycle(
         // No sync runs until the control plane's prerequisites are known; a failure backs off
         // like any other and shows on the WorkspaceSyncStatus.
         let prerequisites = ctx.control_plane.prerequisites().await.map_err(Error::Prerequisites)?;
+        ctx.cluster
+            .config()
+            .namespace_mode
+            .check_served(&prerequisites.shared_namespace)
+            .map_err(Error::NamespaceModeMismatch)?;
         tracing::info!(shared_namespace = %prerequisites.shared_namespace, "fetched the control plane's prerequisites");
         ctx.state().prerequisites = Some(prerequisites);
     }
@@ -203,18 +208,19 @@ async fn reread_workspaces(ctx: &Context, keys: Vec<WorkspaceKey>) {
     }
 }
 
-/// Tracked terminations whose namespace is gone: they report `Terminated`. One that cannot be
+/// Tracked terminations whose namespace (in a shared namespace: whose inventories) is gone:
+/// they report `Terminated`. One that cannot be
 /// read (a malformed name in a hand-edited status, a refused GET) stays `Terminating` and
 /// never fails the cycle.
 async fn terminated_namespaces(ctx: &Context) -> HashSet<WorkspaceKey> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
-        match ctx.cluster.namespace_exists(key.namespace()).await {
-            Ok(false) => {
+        match ctx.applier.termination_done(&key).await {
+            Ok(true) => {
                 gone.insert(key);
             }
-            Ok(true) => {}
+            Ok(false) => {}
             Err(error) => {
                 tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), error = %api_message(&error), "could not read a terminating workspace's namespace; it stays Terminating")
             }

@@ -15,6 +15,12 @@ pub enum Error {
     #[error("control plane prerequisites: {0}")]
     Prerequisites(ControlPlaneError),
 
+    #[error("control plane prerequisites: {0}")]
+    NamespaceModeMismatch(String),
+
+    #[error("--shared-namespace {namespace}: {reason}")]
+    SharedNamespace { namespace: String, reason: String },
+
     #[error("the WorkspaceSyncStatus CRD is not installed; run `kubectl apply -k manifests/` first")]
     CrdMissing,
 
@@ -50,7 +56,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubernetesError",
             Error::ControlPlane(e) => e.reason(),
-            Error::Prerequisites(_) => "PrerequisitesFailed",
+            Error::Prerequisites(_) | Error::NamespaceModeMismatch(_) => "PrerequisitesFailed",
             Error::CrdMissing => "CrdMissing",
             Error::Lease { .. } => "LeaseFailed",
             Error::RenderStatus(_) => "StatusRenderFailed",
@@ -58,7 +64,8 @@ impl Error {
             | Error::CaBundle { .. }
             | Error::HttpClient(_)
             | Error::InsecureControlPlane { .. }
-            | Error::MetricsAddress { .. } => "InvalidConfiguration",
+            | Error::MetricsAddress { .. }
+            | Error::SharedNamespace { .. } => "InvalidConfiguration",
         }
     }
 

@@ -20,6 +20,7 @@ use crate::runtime::{LogLevelHandle, parse_duration, shutdown_signal};
 use apply::Applier;
 use apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS};
 use apply::pod_security::PodSecurityLevel;
+use apply::shared_namespace::NamespaceMode;
 use context::{Context, LoopConfig, Parts};
 use control_plane_client::{ControlPlaneClient, ControlPlaneConfig};
 use error::{Error, Result};
@@ -145,6 +146,13 @@ pub struct AgentArgs {
     #[arg(long, hide = true)]
     pub failpoint: Option<String>,
 
+    /// Run every workspace in this one namespace (GitLab's `shared_namespace`), which the
+    /// operator creates: the agent then never creates, labels or deletes a namespace, needs
+    /// only namespaced Roles (manifests/overlays/shared-namespace), and the control plane's
+    /// prerequisites must serve the same name.
+    #[arg(long, env = "WSYNC_SHARED_NAMESPACE")]
+    pub shared_namespace: Option<String>,
+
     /// Kinds the control plane may apply, as `Kind` (core group) or `group/Kind`. RBAC kinds
     /// and cluster-scoped objects are refused whatever this says.
     #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
@@ -160,6 +168,7 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     }
     // At start, not at the first term: a refused URL is a configuration error.
     control_plane_config(&args).check_transport()?;
+    check_shared_namespace(&args)?;
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -259,7 +268,25 @@ fn cluster_config(args: &AgentArgs) -> ClusterConfig {
         field_manager: args.field_manager.clone(),
         apply_cache: args.apply_cache,
         pod_security_level: args.pod_security_level,
+        namespace_mode: namespace_mode(args),
     }
+}
+
+/// A shared namespace is a workspace namespace: never the agent's own or a system one.
+fn check_shared_namespace(args: &AgentArgs) -> Result<()> {
+    let Some(namespace) = args.shared_namespace.as_deref().filter(|n| !n.is_empty()) else { return Ok(()) };
+    let refuse = |reason: String| Err(Error::SharedNamespace { namespace: namespace.to_string(), reason });
+    if let Err(reason) = sync::answer::dns_label("namespace", namespace) {
+        return refuse(reason);
+    }
+    if ApplyPolicy::new(Vec::<String>::new(), args.namespace.clone()).protected_namespace(namespace) {
+        return refuse("a protected namespace (kube-*, default, or the agent's own) cannot hold workspaces".into());
+    }
+    Ok(())
+}
+
+fn namespace_mode(args: &AgentArgs) -> NamespaceMode {
+    NamespaceMode::from_flag(args.shared_namespace.as_deref())
 }
 
 /// One term as leader: sync until shutdown (graceful: the cycle in flight finishes and the
@@ -294,7 +321,8 @@ async fn lead(
     let policy = ApplyPolicy::new(args.allowed_kinds.clone(), args.namespace.clone())
         .with_pull_secret_sources(args.image_pull_secret_sources.iter().cloned())
         .with_pod_security(args.pod_security_level)
-        .with_service_types(args.allowed_service_types.iter().cloned());
+        .with_service_types(args.allowed_service_types.iter().cloned())
+        .with_namespace_mode(namespace_mode(args));
     let parts = Parts {
         applier: Applier::new(client.clone(), cluster_config(args), policy),
         cluster,

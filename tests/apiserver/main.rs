@@ -19,4 +19,5 @@ mod ledger_leak;
 mod manifests;
 mod rbac;
 mod resync;
+mod shared_namespace;
 mod sync_core;

@@ -183,11 +183,16 @@ pub fn audit_mark(env: &TestEnv) -> usize {
 
 /// Write requests by the agent's user, after `mark`, that `concerns` this test's objects.
 pub fn agent_writes(env: &TestEnv, mark: usize, concerns: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
+    audited(env, mark, AGENT_USER, concerns)
+}
+
+/// Requests by `user` the audit log records after `mark` that `concerns` the caller.
+pub fn audited(env: &TestEnv, mark: usize, user: &str, concerns: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
     let text = std::fs::read_to_string(&env.audit_log).unwrap_or_default();
     text.lines()
         .skip(mark)
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == AGENT_USER && e["stage"] == "ResponseComplete")
+        .filter(|e| e["user"]["username"] == user && e["stage"] == "ResponseComplete")
         .filter(|e| concerns(e))
         .map(|e| {
             let o = &e["objectRef"];
@@ -247,13 +252,34 @@ pub fn config_map(namespace: &str, name: &str) -> String {
     )
 }
 
-/// A port that was free a moment ago, for a child process to listen on.
+/// `kubectl apply -f -` of `yaml`, as the admin; panics when it fails.
+pub fn kubectl_apply(env: &TestEnv, yaml: &str) {
+    use std::io::Write;
+    let applied = Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", &env.admin_kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().expect("stdin").write_all(yaml.as_bytes())?;
+            child.wait()
+        })
+        .expect("kubectl");
+    assert!(applied.success(), "kubectl apply of:\n{yaml}");
+}
+
 /// A kubeconfig for the manifests' `wsync-agent` ServiceAccount (its RBAC applied from
-/// manifests/rbac.yaml, a token from the TokenRequest API), written into `dir`.
+/// manifests/base/rbac.yaml, a token from the TokenRequest API), written into `dir`.
 pub fn service_account_kubeconfig(env: &TestEnv, dir: &Path) -> PathBuf {
-    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml");
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/base/rbac.yaml");
     kubectl_ok(env, &["-n", AGENT_NAMESPACE, "apply", "-f", rbac]);
-    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", "wsync-agent", "--duration=1h"]);
+    kubeconfig_of(env, "wsync-agent", dir)
+}
+
+/// A kubeconfig for the ServiceAccount `name` in the agent's namespace, with a token from the
+/// TokenRequest API, written into `dir`.
+pub fn kubeconfig_of(env: &TestEnv, name: &str, dir: &Path) -> PathBuf {
+    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", name, "--duration=1h"]);
     let admin = std::fs::read_to_string(&env.admin_kubeconfig).expect("admin kubeconfig");
     let kubeconfig = dir.join("service-account.kubeconfig");
     let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).expect("admin token").to_string();
@@ -261,6 +287,7 @@ pub fn service_account_kubeconfig(env: &TestEnv, dir: &Path) -> PathBuf {
     kubeconfig
 }
 
+/// A port that was free a moment ago, for a child process to listen on.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }

@@ -37,20 +37,25 @@ impl System {
 
     /// `agent`: extra flags for `wsync agent`.
     pub async fn start_configured(prefix: &str, register: &[&str], agent: &[&str]) -> Self {
-        Self::start_inner(prefix, register, agent, None, Link::Direct).await.0
+        Self::start_inner(prefix, register, agent, None, Link::Direct, None).await.0
+    }
+
+    /// The agent authenticated to the apiserver with `kubeconfig` (a ServiceAccount's).
+    pub async fn start_as(prefix: &str, register: &[&str], agent: &[&str], kubeconfig: PathBuf) -> Self {
+        Self::start_inner(prefix, register, agent, None, Link::Direct, Some(kubeconfig)).await.0
     }
 
     /// The control plane serving TLS with a throw-away CA, which the agent is given with
     /// `--control-plane-ca-file`.
     pub async fn start_over_tls(prefix: &str) -> Self {
-        Self::start_inner(prefix, &[], &[], None, Link::Tls).await.0
+        Self::start_inner(prefix, &[], &[], None, Link::Tls, None).await.0
     }
 
     /// With a fault proxy between the agent and the control plane; `database` is a URL of an
     /// empty database (SQLite in a temporary directory when None).
     pub async fn start_behind_proxy(prefix: &str, database: Option<String>) -> (Self, fault_proxy::FaultProxy) {
         let (system, proxy) =
-            Self::start_inner(prefix, &[], &["--request-timeout", "2s"], database, Link::BehindProxy).await;
+            Self::start_inner(prefix, &[], &["--request-timeout", "2s"], database, Link::BehindProxy, None).await;
         (system, proxy.expect("a proxy"))
     }
 
@@ -60,6 +65,7 @@ impl System {
         agent: &[&str],
         database: Option<String>,
         link: Link,
+        kubeconfig: Option<PathBuf>,
     ) -> (Self, Option<fault_proxy::FaultProxy>) {
         let env = env();
         let id = unique_id(prefix);
@@ -86,7 +92,8 @@ impl System {
             Some(ca) => [agent, &["--control-plane-ca-file", ca]].concat(),
             None => agent.to_vec(),
         };
-        let agent = AgentProcess::start_with_token(env, &id, &url, &token, &agent_args);
+        let kubeconfig = kubeconfig.unwrap_or_else(|| env.agent_kubeconfig.clone());
+        let agent = AgentProcess::start_as(kubeconfig, &id, &url, &token, &agent_args);
         let client = admin_client(env).await;
         let kubelet = tokio::spawn(kubelet::run(client, Some(format!("{LABEL_KEY}={id}"))));
         (Self { control_plane, agent, id, database, _kubelet: kubelet, _dir: dir }, proxy)

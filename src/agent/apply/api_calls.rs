@@ -2,8 +2,11 @@
 //! namespaces, copied pull secrets, inventories and their members, discovery, and server-side
 //! apply. Nothing else in the agent writes a workspace's objects.
 
-use super::cache::{ApplyCache, OwnNamespace};
+use super::cache::{ApplyCache, LiveInventory, OwnNamespace};
+pub use super::guarded::Ownership;
+use super::guarded::{Tested, delete_if_annotated, test_annotation};
 use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
+use super::shared_namespace::WORKSPACE_LABEL;
 use crate::agent::error::{ApplyError, api_message};
 use crate::agent::k8s::partial::{InventoryConfigMap, WorkspaceNamespace};
 use crate::agent::k8s::watch::{Followed, follow};
@@ -12,12 +15,12 @@ use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use crate::runtime::LockExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 /// A kind to look up: exactly, from a config's apiVersion, or by group and kind alone, from an
@@ -169,15 +172,58 @@ impl ApiCalls {
             .map(|_| ())
     }
 
-    /// The members an inventory ConfigMap lists now; none when it does not exist yet.
-    pub async fn inventory_members(&self, namespace: &str, name: &str) -> Result<BTreeSet<MemberRef>, kube::Error> {
+    /// An inventory ConfigMap as it is now; None when it does not exist yet.
+    pub async fn live_inventory(&self, namespace: &str, name: &str) -> Result<Option<LiveInventory>, kube::Error> {
         if self.config.apply_cache
-            && let Some(members) = self.cache.inventory(namespace, name)
+            && let Some(live) = self.cache.inventory(namespace, name)
         {
-            return Ok(members);
+            return Ok(Some(live));
         }
         let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1).unwrap_or_default())
+        Ok(api.get_opt(name).await?.map(|cm| inventory_projection(&cm).1))
+    }
+
+    /// The inventories labelled for one workspace of this agent, by name, read from the cluster.
+    pub async fn workspace_inventories(
+        &self,
+        namespace: &str,
+        workspace: &str,
+    ) -> Result<Vec<(String, LiveInventory)>, kube::Error> {
+        let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let selector =
+            format!("{},{WORKSPACE_LABEL}={workspace},{INVENTORY_ID_LABEL}", self.config.workspace_selector());
+        let listed = api.list(&kube::api::ListParams::default().labels(&selector)).await?;
+        Ok(listed.items.iter().map(|cm| (cm.name_any(), inventory_projection(cm).1)).collect())
+    }
+
+    /// Delete an inventory ConfigMap whose members are all gone; already gone is fine.
+    pub async fn delete_inventory(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        let api: Api<InventoryConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        self.cache.forget_inventory(namespace, name);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whom an object a config is about to apply belongs to, read without a GET (a JSON patch
+    /// whose one operation tests its owning-inventory annotation).
+    pub async fn member_owner(&self, member: &MemberRef, inventory_id: &str) -> Result<Ownership, String> {
+        let describe = |e: kube::Error| format!("reading the owner of {member}: {}", api_message(&e));
+        let query = KindQuery::Recommended { group: member.group.clone(), kind: member.kind.clone() };
+        let (resource, _) = self.resolve(&query).await.map_err(describe)?;
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &member.namespace, &resource);
+        Ok(
+            match test_annotation(&api, &member.name, OWNING_INVENTORY_ANNOTATION, inventory_id)
+                .await
+                .map_err(describe)?
+            {
+                Tested::Missing => Ownership::Missing,
+                Tested::Holds(_) => Ownership::This,
+                Tested::Differs => Ownership::Other,
+            },
+        )
     }
 
     /// Remove member keys someone else wrote into an inventory. Server-side apply never drops
@@ -196,14 +242,8 @@ impl ApiCalls {
     }
 
     /// The applier wrote this inventory: the next apply starts from it.
-    pub fn remember_inventory(
-        &self,
-        namespace: &str,
-        name: &str,
-        resource_version: &str,
-        members: BTreeSet<MemberRef>,
-    ) {
-        self.cache.set_inventory(namespace, name, resource_version, members);
+    pub fn remember_inventory(&self, namespace: &str, name: &str, resource_version: &str, live: LiveInventory) {
+        self.cache.set_inventory(namespace, name, resource_version, live);
     }
 
     /// See `WorkspaceIndex::compact`.
@@ -219,6 +259,10 @@ impl ApiCalls {
         }
         let own = self.config.workspace_selector();
         let namespaces = async {
+            // A shared namespace is the operator's: the agent may not even read it.
+            if self.config.namespace_mode.shared().is_some() {
+                return;
+            }
             let api: Api<WorkspaceNamespace> = Api::all(self.client.clone());
             let project = |ns: WorkspaceNamespace| Some((ns.name_any(), own_namespace(&ns.metadata, &self.config)));
             follow(api, watcher::Config::default().labels(&own), "namespace", project, |event| match event {
@@ -230,15 +274,15 @@ impl ApiCalls {
         };
         let inventory_selector = format!("{own},{INVENTORY_ID_LABEL}");
         let inventories = async {
-            let api: Api<InventoryConfigMap> = Api::all(self.client.clone());
+            let api: Api<InventoryConfigMap> = self.config.workspaces_api(&self.client);
             let config = watcher::Config::default().labels(&inventory_selector);
             let project = |cm: InventoryConfigMap| {
                 Some(((cm.namespace().unwrap_or_default(), cm.name_any()), inventory_projection(&cm)))
             };
             follow(api, config, "inventory", project, |event| match event {
                 Followed::Listed(all) => self.cache.replace_inventories(all),
-                Followed::Applied(((namespace, name), (rv, members))) => {
-                    self.cache.set_inventory(&namespace, &name, &rv, members)
+                Followed::Applied(((namespace, name), (rv, live))) => {
+                    self.cache.set_inventory(&namespace, &name, &rv, live)
                 }
                 Followed::Deleted(cm) => {
                     self.cache.forget_inventory(&cm.namespace().unwrap_or_default(), &cm.name_any())
@@ -291,51 +335,6 @@ impl ApiCalls {
     }
 }
 
-/// Delete the object with this uid, and only it: one recreated meanwhile under the same name
-/// is left alone. Gone or replaced already is fine (false).
-async fn delete_guarded<K>(
-    api: &Api<K>,
-    name: &str,
-    uid: Option<String>,
-    params: DeleteParams,
-) -> Result<bool, kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..params };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(true),
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Delete an object only while its annotation `key` holds `value`, without reading it (the
-/// agent may not read Secrets outside its allowed sources, RBAC or no RBAC). A JSON patch
-/// whose one operation tests the annotation writes nothing and fails with 422 when the test
-/// fails; its answer's uid guards the delete. Gone, not ours, or replaced: false.
-async fn delete_if_annotated<K>(
-    api: &Api<K>,
-    name: &str,
-    key: &str,
-    value: &str,
-    params: DeleteParams,
-) -> Result<bool, kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let path = format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
-    let test: json_patch::Patch =
-        serde_json::from_value(serde_json::json!([{ "op": "test", "path": path, "value": value }]))
-            .map_err(kube::Error::SerdeError)?;
-    let tested = match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(test)).await {
-        Ok(object) => object,
-        Err(e) if is_status(&e, 404) || is_status(&e, 422) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    delete_guarded(api, name, tested.meta().uid.clone(), params).await
-}
-
 fn own_namespace(meta: &ObjectMeta, config: &ClusterConfig) -> OwnNamespace {
     OwnNamespace {
         copied: meta.annotations.as_ref().and_then(|a| a.get(COPIED_ANNOTATION)).cloned(),
@@ -343,7 +342,8 @@ fn own_namespace(meta: &ObjectMeta, config: &ClusterConfig) -> OwnNamespace {
     }
 }
 
-fn inventory_projection(cm: &InventoryConfigMap) -> (String, BTreeSet<MemberRef>) {
+fn inventory_projection(cm: &InventoryConfigMap) -> (String, LiveInventory) {
     let members = cm.data.iter().flat_map(|data| data.keys()).filter_map(|key| MemberRef::parse(key)).collect();
-    (cm.resource_version().unwrap_or_default(), members)
+    let workspace = cm.labels().get(WORKSPACE_LABEL).cloned();
+    (cm.resource_version().unwrap_or_default(), LiveInventory { workspace, members })
 }

@@ -27,21 +27,37 @@ struct Inner {
     inventories: HashMap<Box<str>, CachedInventory>,
 }
 
+/// An inventory as it is in the cluster: the workspace it is labelled for, and its members.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveInventory {
+    /// `shared_namespace::WORKSPACE_LABEL`, which the agent writes on every inventory.
+    pub workspace: Option<String>,
+    pub members: BTreeSet<MemberRef>,
+}
+
 #[derive(Debug, Clone)]
 struct CachedInventory {
     resource_version: Box<str>,
+    workspace: Option<Box<str>>,
     /// The members' inventory keys (`MemberRef::key`), one per line, in order.
     members: Box<str>,
 }
 
 impl CachedInventory {
-    fn new(resource_version: &str, members: &BTreeSet<MemberRef>) -> Self {
-        let members: Vec<String> = members.iter().map(MemberRef::key).collect();
-        Self { resource_version: resource_version.into(), members: members.join("\n").into() }
+    fn new(resource_version: &str, live: &LiveInventory) -> Self {
+        let members: Vec<String> = live.members.iter().map(MemberRef::key).collect();
+        Self {
+            resource_version: resource_version.into(),
+            workspace: live.workspace.as_deref().map(Into::into),
+            members: members.join("\n").into(),
+        }
     }
 
-    fn members(&self) -> BTreeSet<MemberRef> {
-        self.members.lines().filter_map(MemberRef::parse).collect()
+    fn live(&self) -> LiveInventory {
+        LiveInventory {
+            workspace: self.workspace.as_deref().map(str::to_string),
+            members: self.members.lines().filter_map(MemberRef::parse).collect(),
+        }
     }
 }
 
@@ -79,13 +95,13 @@ impl ApplyCache {
         self.lock().namespaces = all.into_iter().collect();
     }
 
-    pub fn inventory(&self, namespace: &str, name: &str) -> Option<BTreeSet<MemberRef>> {
+    pub fn inventory(&self, namespace: &str, name: &str) -> Option<LiveInventory> {
         let inner = self.lock();
-        inner.inventories.get(&inventory_key(namespace, name)).map(CachedInventory::members)
+        inner.inventories.get(&inventory_key(namespace, name)).map(CachedInventory::live)
     }
 
-    /// Record an inventory's members, unless the cache already holds a newer version.
-    pub fn set_inventory(&self, namespace: &str, name: &str, resource_version: &str, members: BTreeSet<MemberRef>) {
+    /// Record an inventory, unless the cache already holds a newer version.
+    pub fn set_inventory(&self, namespace: &str, name: &str, resource_version: &str, live: LiveInventory) {
         let mut inner = self.lock();
         let key = inventory_key(namespace, name);
         if let Some(current) = inner.inventories.get(&key)
@@ -93,21 +109,18 @@ impl ApplyCache {
         {
             return;
         }
-        inner.inventories.insert(key, CachedInventory::new(resource_version, &members));
+        inner.inventories.insert(key, CachedInventory::new(resource_version, &live));
     }
 
     pub fn forget_inventory(&self, namespace: &str, name: &str) {
         self.lock().inventories.remove(&inventory_key(namespace, name));
     }
 
-    pub fn replace_inventories(
-        &self,
-        all: impl IntoIterator<Item = ((String, String), (String, BTreeSet<MemberRef>))>,
-    ) {
+    pub fn replace_inventories(&self, all: impl IntoIterator<Item = ((String, String), (String, LiveInventory))>) {
         self.lock().inventories = all
             .into_iter()
-            .map(|((namespace, name), (resource_version, members))| {
-                (inventory_key(&namespace, &name), CachedInventory::new(&resource_version, &members))
+            .map(|((namespace, name), (resource_version, live))| {
+                (inventory_key(&namespace, &name), CachedInventory::new(&resource_version, &live))
             })
             .collect();
     }
@@ -128,6 +141,10 @@ impl ApplyCache {
 mod tests {
     use super::*;
 
+    fn live(members: impl IntoIterator<Item = MemberRef>) -> LiveInventory {
+        LiveInventory { workspace: Some("ws".into()), members: members.into_iter().collect() }
+    }
+
     fn member(name: &str) -> MemberRef {
         MemberRef { namespace: "ns".into(), name: name.into(), group: "apps".into(), kind: "Deployment".into() }
     }
@@ -135,11 +152,11 @@ mod tests {
     #[test]
     fn an_older_watch_event_never_overwrites_the_applier_s_own_write() {
         let cache = ApplyCache::default();
-        cache.set_inventory("ns", "inv", "20", [member("new")].into());
-        cache.set_inventory("ns", "inv", "15", [member("old")].into());
-        assert_eq!(cache.inventory("ns", "inv"), Some([member("new")].into()));
-        cache.set_inventory("ns", "inv", "21", BTreeSet::new());
-        assert_eq!(cache.inventory("ns", "inv"), Some(BTreeSet::new()));
+        cache.set_inventory("ns", "inv", "20", live([member("new")]));
+        cache.set_inventory("ns", "inv", "15", live([member("old")]));
+        assert_eq!(cache.inventory("ns", "inv"), Some(live([member("new")])));
+        cache.set_inventory("ns", "inv", "21", live([]));
+        assert_eq!(cache.inventory("ns", "inv"), Some(live([])));
     }
 
     #[test]
@@ -161,19 +178,19 @@ mod tests {
             },
         ]
         .into();
-        cache.set_inventory("ns", "inv", "1", members.clone());
-        assert_eq!(cache.inventory("ns", "inv"), Some(members));
+        cache.set_inventory("ns", "inv", "1", live(members.clone()));
+        assert_eq!(cache.inventory("ns", "inv"), Some(live(members)));
     }
 
     #[test]
     fn compaction_keeps_the_inventories() {
         let cache = ApplyCache::default();
-        cache.set_inventory("ns", "inv", "7", [member("a"), member("b")].into());
+        cache.set_inventory("ns", "inv", "7", live([member("a"), member("b")]));
         cache.compact();
-        assert_eq!(cache.inventory("ns", "inv"), Some([member("a"), member("b")].into()));
-        cache.set_inventory("ns", "inv", "6", BTreeSet::new());
+        assert_eq!(cache.inventory("ns", "inv"), Some(live([member("a"), member("b")])));
+        cache.set_inventory("ns", "inv", "6", live([]));
         assert_eq!(cache.sizes().1, 1);
-        assert_eq!(cache.inventory("ns", "inv"), Some([member("a"), member("b")].into()), "the version came along");
+        assert_eq!(cache.inventory("ns", "inv"), Some(live([member("a"), member("b")])), "the version came along");
     }
 
     #[test]
@@ -181,9 +198,9 @@ mod tests {
         let cache = ApplyCache::default();
         let record = OwnNamespace { copied: Some("default/regcred".into()), labels_current: true };
         cache.set_own_namespace("ns", record.clone());
-        cache.set_inventory("ns", "inv", "1", [member("a")].into());
+        cache.set_inventory("ns", "inv", "1", live([member("a")]));
         assert_eq!(cache.own_namespace("ns"), Some(record));
-        cache.set_inventory("ns2", "inv", "1", [member("b")].into());
+        cache.set_inventory("ns2", "inv", "1", live([member("b")]));
         cache.forget_namespace("ns");
         assert_eq!(cache.own_namespace("ns"), None);
         assert_eq!(cache.inventory("ns", "inv"), None);

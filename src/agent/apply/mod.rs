@@ -10,9 +10,12 @@ pub mod api_calls;
 pub mod cache;
 pub mod defaults;
 pub mod field_policy;
+mod guarded;
 pub mod plan;
 pub mod pod_security;
 pub mod pull_secrets;
+pub mod shared_namespace;
+mod termination;
 
 use crate::agent::error::{ApplyError, api_message};
 use crate::agent::k8s::ClusterConfig;
@@ -20,11 +23,13 @@ use crate::agent::sync::workspace::WorkspaceKey;
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::MemberRef;
 use crate::runtime::LockExt;
-use api_calls::{ApiCalls, KindQuery};
+use api_calls::{ApiCalls, KindQuery, Ownership};
+use cache::LiveInventory;
 use kube::api::DynamicObject;
 use kube::discovery::Scope;
 use plan::{ApplyPolicy, InventoryApply};
 use pull_secrets::CopyTracker;
+use shared_namespace::WORKSPACE_LABEL;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
@@ -36,7 +41,7 @@ pub struct Applier {
 }
 
 /// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
-enum Namespace {
+pub(super) enum Namespace {
     Missing,
     /// With the pull secrets copied into it, and whether its Pod Security labels are current.
     Ours {
@@ -57,39 +62,43 @@ impl Applier {
         config: &str,
         pull_secrets: &[ImagePullSecret],
     ) -> Result<(), ApplyError> {
+        let mode = self.policy.namespace_mode();
+        mode.check_workspace(key).map_err(ApplyError::refused)?;
         let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::refused(e.to_string()))?;
         let scopes = self.resolve_scopes(&objects).await.map_err(ApplyError::applier)?;
-        let inventories = plan::plan(objects, key.namespace(), &self.policy, |gvk| {
+        let mut inventories = plan::plan(objects, key.namespace(), &self.policy, |gvk| {
             scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
         })
         .map_err(ApplyError::refused)?;
+        let agent_labels = self.calls.config().agent_labels();
+        for inventory in &mut inventories {
+            mode.stamp(&mut inventory.inventory, key, &agent_labels);
+        }
         if let Err(refusal) = self.policy.check_pull_secrets(pull_secrets) {
-            self.delete_disallowed_copies(key.namespace()).await?;
+            if mode.shared().is_none() {
+                self.delete_disallowed_copies(key.namespace()).await?;
+            }
             return Err(ApplyError::refused(refusal));
         }
-        let copy_plan = pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::refused)?;
-        let copied = self.ensure_own_namespace(key.namespace()).await?;
-        // Before the config, so that the first Pod can pull its image.
-        let copies = self.sync_pull_secrets(key.namespace(), &copy_plan.wanted, &copied).await?;
+        let copies = match mode.shared() {
+            // Used where they are: the agent writes nothing outside the shared namespace.
+            Some(_) => {
+                mode.check_pull_secrets(pull_secrets).map_err(ApplyError::refused)?;
+                Vec::new()
+            }
+            None => {
+                let copy_plan =
+                    pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::refused)?;
+                let copied = self.ensure_own_namespace(key.namespace()).await?;
+                // Before the config, so that the first Pod can pull its image.
+                self.sync_pull_secrets(key.namespace(), &copy_plan.wanted, &copied).await?
+            }
+        };
         for inventory in &inventories {
-            self.apply_inventory(inventory).await.map_err(ApplyError::applier)?;
+            self.apply_inventory(key, inventory).await?;
         }
         self.copies.lock_unpoisoned().copied(key, &copies);
         Ok(())
-    }
-
-    /// Delete the workspace's namespace, guarded by the same namespace rule as applies.
-    pub async fn terminate(&self, key: &WorkspaceKey) -> Result<(), ApplyError> {
-        self.forget(key);
-        let namespace = key.namespace();
-        match self.namespace_ownership(namespace).await? {
-            Namespace::Missing => Ok(()),
-            Namespace::Ours { .. } => self
-                .calls
-                .delete_namespace(namespace)
-                .await
-                .map_err(|e| ApplyError::kubernetes(format!("deleting namespace {namespace}: {}", api_message(&e)))),
-        }
     }
 
     /// The workspace is gone: its copies are no longer tracked.
@@ -168,7 +177,7 @@ impl Applier {
 
     /// The namespace rule, shared by apply and termination: never a protected namespace, and
     /// only one that is new or already carries this agent's label.
-    async fn namespace_ownership(&self, namespace: &str) -> Result<Namespace, ApplyError> {
+    pub(super) async fn namespace_ownership(&self, namespace: &str) -> Result<Namespace, ApplyError> {
         if self.policy.protected_namespace(namespace) {
             return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
         }
@@ -271,42 +280,62 @@ impl Applier {
             .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))
     }
 
-    async fn apply_inventory(&self, inventory: &InventoryApply) -> Result<(), String> {
+    async fn apply_inventory(&self, key: &WorkspaceKey, inventory: &InventoryApply) -> Result<(), ApplyError> {
+        let applier = ApplyError::applier;
+        let mode = self.policy.namespace_mode();
         let namespace = inventory.inventory.metadata.namespace.clone().unwrap_or_default();
         let name = inventory.inventory.metadata.name.clone().unwrap_or_default();
-        let listed = self
+        let live = self
             .calls
-            .inventory_members(&namespace, &name)
+            .live_inventory(&namespace, &name)
             .await
-            .map_err(|e| format!("reading inventory {namespace}/{name}: {}", api_message(&e)))?;
+            .map_err(|e| applier(format!("reading inventory {namespace}/{name}: {}", api_message(&e))))?;
+        if let Some(live) = &live {
+            mode.check_inventory_owner(&name, live.workspace.as_deref(), key).map_err(ApplyError::refused)?;
+        }
+        let listed = live.map(|live| live.members).unwrap_or_default();
         let (old, dropped) = plan::prunable(listed, &inventory.inventory, &self.policy);
         for member in &dropped {
             tracing::warn!(object = %member, inventory = %inventory.id, "dropping a member the inventory may not hold; it is never pruned");
+        }
+        let new = inventory.member_refs();
+        if mode.shared().is_some() {
+            // Other workspaces' objects share the namespace: a new member may be created, or
+            // be this inventory's already, but is never taken over.
+            for member in new.difference(&old) {
+                if self.calls.member_owner(member, &inventory.id).await.map_err(applier)? == Ownership::Other {
+                    return Err(ApplyError::refused(format!(
+                        "refused {member}: it exists and does not belong to inventory {}",
+                        inventory.id
+                    )));
+                }
+            }
         }
         if !dropped.is_empty() {
             self.calls
                 .drop_inventory_keys(&namespace, &name, &dropped)
                 .await
-                .map_err(|e| format!("inventory {namespace}/{name}: {}", api_message(&e)))?;
+                .map_err(|e| applier(format!("inventory {namespace}/{name}: {}", api_message(&e))))?;
         }
-        let new = inventory.member_refs();
         let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 
-        let mut written =
-            self.calls.apply_object(&plan::with_members(&inventory.inventory, &union), &namespace).await?;
+        let with_union = plan::with_members(&inventory.inventory, &union);
+        let mut written = self.calls.apply_object(&with_union, &namespace).await.map_err(applier)?;
         crate::runtime::failpoint::hit("after-inventory-write");
         for (_, member) in &inventory.members {
-            self.calls.apply_object(member, &namespace).await?;
+            self.calls.apply_object(member, &namespace).await.map_err(applier)?;
         }
         for gone in old.difference(&new) {
-            if self.calls.prune_member(gone, &inventory.id).await? {
+            if self.calls.prune_member(gone, &inventory.id).await.map_err(applier)? {
                 tracing::info!(object = %gone, inventory = %inventory.id, "pruned an object that left its inventory");
             }
         }
         if union != new {
-            written = self.calls.apply_object(&plan::with_members(&inventory.inventory, &new), &namespace).await?;
+            let with_new = plan::with_members(&inventory.inventory, &new);
+            written = self.calls.apply_object(&with_new, &namespace).await.map_err(applier)?;
         }
-        self.calls.remember_inventory(&namespace, &name, &written, new);
+        let workspace = inventory.inventory.metadata.labels.as_ref().and_then(|l| l.get(WORKSPACE_LABEL)).cloned();
+        self.calls.remember_inventory(&namespace, &name, &written, LiveInventory { workspace, members: new });
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 use super::field_policy::FieldPolicy;
 use super::pod_security::PodSecurityLevel;
 use super::pull_secrets::{DOCKER_CONFIG_TYPES, source_ref};
+use super::shared_namespace::NamespaceMode;
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use kube::ResourceExt;
@@ -34,6 +35,7 @@ pub struct ApplyPolicy {
     fields: FieldPolicy,
     /// The only Secrets the agent ever reads: the operator's, never the control plane's choice.
     pull_secret_sources: BTreeSet<ImagePullSecret>,
+    namespace_mode: NamespaceMode,
 }
 
 impl ApplyPolicy {
@@ -43,7 +45,17 @@ impl ApplyPolicy {
             agent_namespace: agent_namespace.into(),
             fields: FieldPolicy::default(),
             pull_secret_sources: BTreeSet::new(),
+            namespace_mode: NamespaceMode::PerWorkspace,
         }
+    }
+
+    pub fn with_namespace_mode(mut self, mode: NamespaceMode) -> Self {
+        self.namespace_mode = mode;
+        self
+    }
+
+    pub fn namespace_mode(&self) -> &NamespaceMode {
+        &self.namespace_mode
     }
 
     pub fn with_pull_secret_sources(mut self, sources: impl IntoIterator<Item = ImagePullSecret>) -> Self {
@@ -164,6 +176,7 @@ pub fn plan(
             return Err(format!("refused {what}: outside the workspace's namespace {namespace}"));
         }
         policy.fields.check(&gvk, &object, &in_config).map_err(|reason| format!("refused {what}: {reason}"))?;
+        policy.namespace_mode.check_object(&gvk, &object).map_err(|reason| format!("refused {what}: {reason}"))?;
         super::defaults::fill_list_map_keys(&gvk, &mut object.data);
         object.metadata.namespace = Some(object_namespace.clone());
         let inventory_id = (gvk.group.is_empty() && gvk.kind == "ConfigMap")
@@ -190,7 +203,7 @@ pub fn plan(
         let inventory = inventories
             .get_mut(&owner)
             .ok_or_else(|| format!("refused {what}: its owning inventory {owner:?} is not in the config"))?;
-        if is_the_inventory(&member, &inventory.inventory) {
+        if is_the_inventory(&member, inventory.inventory.metadata.name.as_deref().unwrap_or_default()) {
             return Err(format!("refused {what}: a member of inventory {owner:?} cannot be the inventory itself"));
         }
         inventory.members.push((member, object));
@@ -207,15 +220,25 @@ pub fn prunable(
     policy: &ApplyPolicy,
 ) -> (BTreeSet<MemberRef>, Vec<MemberRef>) {
     let namespace = inventory.metadata.namespace.as_deref().unwrap_or_default();
+    prunable_in(listed, namespace, inventory.metadata.name.as_deref().unwrap_or_default(), policy)
+}
+
+/// [`prunable`], for the inventory ConfigMap `name` in `namespace`.
+pub fn prunable_in(
+    listed: BTreeSet<MemberRef>,
+    namespace: &str,
+    name: &str,
+    policy: &ApplyPolicy,
+) -> (BTreeSet<MemberRef>, Vec<MemberRef>) {
     let (kept, dropped): (BTreeSet<_>, BTreeSet<_>) = listed
         .into_iter()
-        .partition(|m| m.namespace == namespace && policy.allows(&m.group, &m.kind) && !is_the_inventory(m, inventory));
+        .partition(|m| m.namespace == namespace && policy.allows(&m.group, &m.kind) && !is_the_inventory(m, name));
     (kept, dropped.into_iter().collect())
 }
 
 /// Whether a member names the inventory's own ConfigMap.
-fn is_the_inventory(member: &MemberRef, inventory: &DynamicObject) -> bool {
-    member.group.is_empty() && member.kind == "ConfigMap" && inventory.metadata.name.as_ref() == Some(&member.name)
+fn is_the_inventory(member: &MemberRef, inventory: &str) -> bool {
+    member.group.is_empty() && member.kind == "ConfigMap" && member.name == inventory
 }
 
 /// The inventory object with its data replaced by one empty-valued key per member.

@@ -8,6 +8,7 @@ pub mod watch;
 pub mod workspaces;
 
 use crate::agent::apply::pod_security::PodSecurityLevel;
+use crate::agent::apply::shared_namespace::NamespaceMode;
 use kube::Client;
 use kube::api::ObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
@@ -23,6 +24,8 @@ pub struct ClusterConfig {
     pub apply_cache: bool,
     /// Set on every workspace namespace, for the apiserver to enforce where it can.
     pub pod_security_level: PodSecurityLevel,
+    /// A namespace per workspace, or one shared namespace that is all the agent may reach.
+    pub namespace_mode: NamespaceMode,
 }
 
 /// The Pod Security admission labels: enforce, and warn and audit at the same level.
@@ -33,6 +36,18 @@ impl ClusterConfig {
     /// True when the object carries this agent's label (`workspace_selector`).
     pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
         meta.labels.as_ref().and_then(|l| l.get(&self.workspace_label_key)) == Some(&self.agent_id)
+    }
+
+    /// An API over the namespaces workspaces may live in: all, or the shared one.
+    pub fn workspaces_api<K>(&self, client: &Client) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match self.namespace_mode.shared() {
+            Some(namespace) => kube::Api::namespaced(client.clone(), namespace),
+            None => kube::Api::all(client.clone()),
+        }
     }
 
     /// `<label key>=<agent id>`: what marks a Deployment as one of this agent's workspaces.

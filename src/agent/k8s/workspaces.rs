@@ -1,5 +1,5 @@
 //! The workspace Deployments: one watch feeding the index, a paged LIST for the full resync,
-//! a GET to read one again, and whether a terminating workspace's namespace is gone.
+//! a GET to read one again, and what holds a terminating workspace's namespace.
 
 use super::Cluster;
 use super::partial::WorkspaceDeployment;
@@ -17,7 +17,7 @@ const LIST_PAGE_SIZE: u32 = 500;
 impl Cluster {
     /// One paged LIST of this agent's Deployments, projected.
     pub async fn list_workspaces(&self) -> Result<Vec<DeploymentProjection>, kube::Error> {
-        let api: Api<WorkspaceDeployment> = Api::all(self.client.clone());
+        let api: Api<WorkspaceDeployment> = self.config.workspaces_api(&self.client);
         let mut params = ListParams::default().labels(&self.config.workspace_selector()).limit(LIST_PAGE_SIZE);
         let mut projected = Vec::new();
         loop {
@@ -41,7 +41,7 @@ impl Cluster {
     /// Feed the index from one watch on this agent's Deployments, in all namespaces. Runs until
     /// dropped.
     pub async fn watch_workspaces(&self, index: SharedIndex) {
-        let api: Api<WorkspaceDeployment> = Api::all(self.client.clone());
+        let api: Api<WorkspaceDeployment> = self.config.workspaces_api(&self.client);
         let config = watcher::Config::default().labels(&self.config.workspace_selector());
         follow(api, config, "workspace", DeploymentProjection::from_deployment, |event| {
             let changed = match event {
@@ -61,11 +61,6 @@ impl Cluster {
             }
         })
         .await
-    }
-
-    pub async fn namespace_exists(&self, namespace: &str) -> Result<bool, kube::Error> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        Ok(api.get_opt(namespace).await?.is_some())
     }
 
     /// What holds a namespace that is being deleted: its conditions that are True (what

@@ -21,6 +21,7 @@ fn cluster() -> (Cluster, Handle) {
         field_manager: "wsync".into(),
         apply_cache: true,
         pod_security_level: Default::default(),
+        namespace_mode: Default::default(),
     };
     (Cluster::new(client, config), handle)
 }
