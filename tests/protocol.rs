@@ -101,12 +101,12 @@ fn prerequisites_ignore_unknown_fields() {
 }
 
 /// The halves meet only over HTTP, so this is where their contract is checked: what the
-/// control plane builds, the agent's default apply policy takes whole, as one inventory.
+/// control plane builds, the agent's default apply policy takes whole.
 #[test]
-fn the_control_planes_config_passes_the_agents_apply_policy_as_one_inventory() {
+fn the_control_planes_config_passes_the_agents_apply_policy() {
     use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
     use wsync::control_plane::agent_config::AgentConfig;
-    use wsync::control_plane::config_builder::{WorkspaceSpec, build};
+    use wsync::control_plane::config_builder::{Resources, WorkspaceSpec, build};
     let spec = WorkspaceSpec {
         name: "alice".into(),
         namespace: "wsync-1-alice".into(),
@@ -120,18 +120,23 @@ fn the_control_planes_config_passes_the_agents_apply_policy_as_one_inventory() {
         config: AgentConfig::before_settings(),
     };
     let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
-    let members = |spec: &WorkspaceSpec| {
-        let objects = wsync::yaml::parse_objects(&build(spec, DesiredState::Running).expect("config")).expect("yaml");
+    let members = |spec: &WorkspaceSpec, resources| {
+        let config = build(spec, DesiredState::Running, resources).expect("config");
+        let objects = wsync::yaml::parse_objects(&config).expect("yaml");
         let plans = plan(objects, "wsync-1-alice", &policy, |_| true).expect("the agent accepts it");
-        assert_eq!(plans.len(), 1);
-        plans[0].members.len()
+        let mut sizes: Vec<usize> = plans.iter().map(|p| p.members.len()).collect();
+        sizes.sort();
+        sizes
     };
-    assert_eq!(members(&spec), 4);
+    assert_eq!(members(&spec, Resources::All), [4]);
     // With GitLab's settings: its NetworkPolicy and ResourceQuota, labels and annotations.
     let config = AgentConfig::parse(
         "max_resources_per_workspace: {limits: {cpu: '2', memory: 4Gi}, requests: {cpu: '1', memory: 1Gi}}\n\
          labels: {tier: dev}\nannotations: {team: eng}\n",
     )
     .expect("a GitLab agent config");
-    assert_eq!(members(&WorkspaceSpec { config, ..spec }), 6);
+    let gitlab = WorkspaceSpec { config, ..spec };
+    // And the environment's Secret in an inventory of its own, sent with all resources only.
+    assert_eq!(members(&gitlab, Resources::All), [1, 6]);
+    assert_eq!(members(&gitlab, Resources::Partial), [6]);
 }

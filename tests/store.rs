@@ -57,6 +57,7 @@ async fn suite(store: Store) {
         cpu: None,
         memory: Some("64Mi".into()),
         env: Default::default(),
+        owner: None,
     };
     let created = store.create_workspace("a1", &new).await.unwrap();
     assert_eq!((created.desired_state, created.actual_state), (DesiredState::Running, ActualState::CreationRequested));
@@ -188,6 +189,7 @@ async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &w
             cpu: None,
             memory: None,
             env: Default::default(),
+            owner: None,
         };
         store.create_workspace(&agent.id, &new).await.unwrap();
     }
@@ -237,6 +239,7 @@ async fn sqlite_reconciles_committed_together_fail_alone() {
             cpu: None,
             memory: None,
             env: Default::default(),
+            owner: None,
         };
         store.create_workspace(id, &new).await.unwrap();
     }

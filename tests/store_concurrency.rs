@@ -32,6 +32,7 @@ async fn create(store: &Store, agent: &str, name: &str) {
         cpu: None,
         memory: None,
         env: Default::default(),
+        owner: None,
     };
     store.create_workspace(agent, &new).await.expect("create");
 }

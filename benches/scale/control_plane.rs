@@ -44,6 +44,7 @@ async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, St
             cpu: None,
             memory: None,
             env: Default::default(),
+            owner: None,
         };
         store.create_workspace("bench", &new).await.map_err(|e| e.to_string())?;
     }

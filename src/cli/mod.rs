@@ -129,6 +129,9 @@ pub enum WorkspacesCommand {
         /// `KEY=VALUE`; repeatable.
         #[arg(long = "env")]
         env: Vec<String>,
+        /// Whose workspace it is, for the agent's `workspaces_per_user_quota`.
+        #[arg(long)]
+        owner: Option<String>,
     },
     List {
         /// The orphans instead: workspaces the agent reports that the control plane does not know.
@@ -303,7 +306,7 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
 pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCommand) -> Result<()> {
     let base = format!("api/v1/agents/{agent}/workspaces");
     let (method, path, body) = match &command {
-        WorkspacesCommand::Create { name, image, cpu, memory, env } => {
+        WorkspacesCommand::Create { name, image, cpu, memory, env, owner } => {
             let env: serde_json::Map<String, Value> = env
                 .iter()
                 .map(|kv| {
@@ -315,7 +318,7 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
                     Ok((k.to_string(), Value::from(v)))
                 })
                 .collect::<Result<_>>()?;
-            let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env });
+            let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env, "owner": owner });
             (reqwest::Method::POST, base.clone(), Some(body))
         }
         WorkspacesCommand::List { orphans: false } => (reqwest::Method::GET, base.clone(), None),

@@ -80,6 +80,7 @@ mod tests {
             }),
             created_at: 0,
             agent_config: crate::control_plane::agent_config::AgentConfig::before_settings(),
+            owner: None,
         };
         let out = table(&[workspace], 0);
         assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");

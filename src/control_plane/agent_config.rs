@@ -87,6 +87,16 @@ pub struct AgentConfig {
     /// At most this many workspaces that are not terminated; -1 for no limit.
     #[serde(default = "unlimited")]
     pub workspaces_quota: i64,
+    /// At most this many such workspaces per owner; -1 for no limit.
+    #[serde(default = "unlimited")]
+    pub workspaces_per_user_quota: i64,
+    /// The one namespace every workspace runs in; empty: a namespace per workspace.
+    #[serde(default)]
+    pub shared_namespace: String,
+    /// Not a GitLab setting: how a workspace created before settings existed reads back. Its
+    /// environment stays inline in the Deployment, as it was built then.
+    #[serde(skip)]
+    pub inline_env: bool,
 }
 
 fn no_escalation() -> Option<bool> {
@@ -109,6 +119,9 @@ impl Default for AgentConfig {
             use_kubernetes_user_namespaces: false,
             allow_privilege_escalation: no_escalation(),
             workspaces_quota: unlimited(),
+            workspaces_per_user_quota: unlimited(),
+            shared_namespace: String::new(),
+            inline_env: false,
         }
     }
 }
@@ -120,6 +133,7 @@ impl AgentConfig {
         Self {
             network_policy: NetworkPolicy { enabled: false, egress: Vec::new() },
             allow_privilege_escalation: None,
+            inline_env: true,
             ..Self::default()
         }
     }
@@ -179,10 +193,49 @@ impl AgentConfig {
                     .into(),
             );
         }
-        if self.workspaces_quota < -1 {
-            return Err(format!("workspaces_quota: {} is neither -1 (no limit) nor a count", self.workspaces_quota));
+        for (name, quota) in
+            [("workspaces_quota", self.workspaces_quota), ("workspaces_per_user_quota", self.workspaces_per_user_quota)]
+        {
+            if quota < -1 {
+                return Err(format!("{name}: {quota} is neither -1 (no limit) nor a count"));
+            }
+        }
+        self.validate_shared_namespace()
+    }
+
+    /// GitLab's rules: a DNS label, no quota object (it would bind every workspace in the
+    /// namespace), and never a namespace the agent refuses to write in.
+    fn validate_shared_namespace(&self) -> Result<(), String> {
+        let namespace = self.shared_namespace.as_str();
+        if namespace.is_empty() {
+            return Ok(());
+        }
+        if namespace.contains('.') || !crate::control_plane::validation::is_dns_subdomain(namespace) {
+            return Err(format!(
+                "shared_namespace: {namespace:?} must be 63 characters or less, of lowercase alphanumeric \
+                 characters or '-', starting and ending with an alphanumeric character"
+            ));
+        }
+        if namespace == "default" || namespace.starts_with("kube-") {
+            return Err(format!("shared_namespace: {namespace:?} is a system namespace, which the agent refuses"));
+        }
+        if !self.max_resources_per_workspace.is_empty() {
+            return Err("max_resources_per_workspace must be empty when shared_namespace is set".into());
         }
         Ok(())
+    }
+
+    /// GitLab's rule: in a shared namespace the pull secrets are that namespace's own, since
+    /// the agent copies none there.
+    pub fn check_pull_secrets(&self, secrets: &[crate::protocol::ImagePullSecret]) -> Result<(), String> {
+        let shared = self.shared_namespace.as_str();
+        match secrets.iter().find(|s| !shared.is_empty() && s.namespace != shared) {
+            Some(secret) => Err(format!(
+                "image pull secret {}/{}: in shared_namespace {shared} the pull secrets must be in {shared}",
+                secret.namespace, secret.name
+            )),
+            None => Ok(()),
+        }
     }
 
     /// What the settings set on the Pod spec and on each container's securityContext.
@@ -205,9 +258,26 @@ impl AgentConfig {
         self.workspaces_quota < 0 || existing < self.workspaces_quota
     }
 
-    /// The NetworkPolicy GitLab sends: all of the workspace's Pods; in from the workspaces
-    /// proxy only; out to DNS in kube-system and to the egress rules.
-    pub fn network_policy_spec(&self) -> Option<Value> {
+    /// Whether an owner with `owned` workspaces that are not terminated may create another;
+    /// GitLab's message when not. A workspace that names no owner cannot be counted, so under
+    /// a per-user quota it is refused.
+    pub fn admits_another_of(&self, owner: Option<&str>, owned: i64) -> Result<(), String> {
+        let quota = self.workspaces_per_user_quota;
+        match owner {
+            _ if quota < 0 => Ok(()),
+            None => Err(format!("this agent has a workspaces_per_user_quota of '{quota}': name the workspace's owner")),
+            Some(_) if owned < quota => Ok(()),
+            Some(_) => Err(format!(
+                "You cannot create a workspace because you already have '{owned}' existing workspaces for the \
+                 given agent which has a per user quota of '{quota}' workspaces"
+            )),
+        }
+    }
+
+    /// The NetworkPolicy GitLab sends: the workspace's Pods (in a namespace of its own, all of
+    /// them; in a shared one, those `pods` selects); in from the workspaces proxy only; out to
+    /// DNS in kube-system and to the egress rules.
+    pub fn network_policy_spec(&self, pods: &Value) -> Option<Value> {
         if !self.network_policy.enabled {
             return None;
         }
@@ -224,15 +294,15 @@ impl AgentConfig {
                 "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
                 "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } },
             }] }],
-            "podSelector": {},
+            "podSelector": if self.shared_namespace.is_empty() { json!({}) } else { json!({ "matchLabels": pods }) },
             "policyTypes": ["Ingress", "Egress"],
         }))
     }
 
-    /// The ResourceQuota's `spec.hard`, when there is a maximum.
+    /// The ResourceQuota's `spec.hard`, when there is a maximum (never in a shared namespace).
     pub fn resource_quota_hard(&self) -> Option<Value> {
         let max = &self.max_resources_per_workspace;
-        if max.is_empty() {
+        if max.is_empty() || !self.shared_namespace.is_empty() {
             return None;
         }
         let mut hard = serde_json::Map::new();

@@ -5,7 +5,7 @@ use super::access::{FrontDoor, Route, SECURITY_HEADERS};
 use super::model::{Agent, NewWorkspace, OrphanFate, Workspace};
 use super::pipeline::{self, PipelineConfig};
 use super::store::{MAX_PAGE, Store, StoreError, hash_token};
-use super::validation::{desired_for_action, is_dns_label};
+use super::validation::{desired_for_action, is_dns_label, is_env_name, is_owner_name};
 use crate::protocol::{ErrorBody, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -210,8 +210,9 @@ async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::R
 }
 
 async fn prerequisites(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
-    authenticate_agent(&state, &headers).await?;
-    Ok(Json(Prerequisites::default()).into_response())
+    let agent = authenticate_agent(&state, &headers).await?;
+    let config = state.store.agent_config(&agent.id).await?.unwrap_or_default();
+    Ok(Json(Prerequisites { shared_namespace: config.shared_namespace }).into_response())
 }
 
 pub(super) async fn exists(state: &AppState, agent: &str) -> Result<(), ApiError> {
@@ -259,6 +260,14 @@ async fn create_workspace(
     }
     if new.image.trim().is_empty() {
         return Err(bad_request("image is required"));
+    }
+    if let Some(name) = new.env.keys().find(|name| !is_env_name(name)) {
+        return Err(bad_request(format!(
+            "environment variable {name:?}: a name is letters, digits, '_', '.' and '-', not starting with a digit"
+        )));
+    }
+    if new.owner.as_deref().is_some_and(|owner| !is_owner_name(owner)) {
+        return Err(bad_request("owner must be a username: letters, digits, '_', '.' and '-', at most 255"));
     }
     Ok((StatusCode::CREATED, Json(state.store.create_workspace(&agent, &new).await?)).into_response())
 }

@@ -1,13 +1,16 @@
 //! Builds a workspace's `config_to_apply` (DESIGN §3, "Config"): an inventory ConfigMap, a
 //! Deployment, a Service, a home PersistentVolumeClaim and a ServiceAccount, and as GitLab does
-//! by the settings the workspace was created under, a NetworkPolicy and a ResourceQuota. A
-//! terminated workspace gets its inventory alone, so that the agent prunes the rest.
+//! by the settings the workspace was created under, a NetworkPolicy and a ResourceQuota. The
+//! environment variables are a Secret in a second inventory, which, as in GitLab, is left out
+//! of partial reconciliation: it goes only with all resources. A terminated workspace gets its
+//! inventories alone, so that the agent prunes the rest.
 //!
 //! The output is deterministic (sorted keys, fixed order) and canonical: quantities are written
 //! as the apiserver prints them and no field is set that the server would default differently,
 //! so re-applying an unchanged config changes no resourceVersion.
 
 use super::agent_config::AgentConfig;
+pub use super::rules::Resources;
 use crate::protocol::DesiredState;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION, PARTIAL_RECONCILIATION_ANNOTATION};
 use serde_json::{Value, json};
@@ -42,9 +45,26 @@ pub fn inventory_id(agent_id: &str, name: &str) -> String {
     format!("{name}-workspace-inventory-{short}")
 }
 
+/// The id of the inventory of the workspace's Secrets: GitLab's `<name>-secrets-inventory`,
+/// unique per agent as [`inventory_id`] is.
+pub fn secrets_inventory_id(agent_id: &str, name: &str) -> String {
+    inventory_id(agent_id, name).replacen("-workspace-inventory-", "-secrets-inventory-", 1)
+}
+
+/// The Secret the workspace's environment variables are in (GitLab's name).
+pub fn env_secret_name(name: &str) -> String {
+    format!("{name}-env-var")
+}
+
 /// The config for one workspace in its desired state.
-pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serde_saphyr::SerializeError> {
+pub fn build(
+    spec: &WorkspaceSpec,
+    desired: DesiredState,
+    resources: Resources,
+) -> Result<String, serde_saphyr::SerializeError> {
     let inventory = inventory_id(&spec.agent_id, &spec.name);
+    let secrets_inventory = secrets_inventory_id(&spec.agent_id, &spec.name);
+    let env_in_secret = !spec.config.inline_env;
     // The operator's labels and annotations first, so that wsync's own keys always win.
     let mut labels: serde_json::Map<String, Value> =
         spec.config.labels.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
@@ -52,27 +72,46 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     labels.insert("app.kubernetes.io/name".into(), Value::from(spec.name.as_str()));
     labels.insert("app.kubernetes.io/managed-by".into(), Value::from("wsync"));
     let labels = Value::Object(labels);
-    let annotations = |partial: bool| {
+    let annotations = |owner: Option<&str>, partial: bool| {
         let mut annotations: serde_json::Map<String, Value> =
             spec.config.annotations.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-        annotations.insert(OWNING_INVENTORY_ANNOTATION.into(), Value::from(inventory.as_str()));
+        if let Some(owner) = owner {
+            annotations.insert(OWNING_INVENTORY_ANNOTATION.into(), Value::from(owner));
+        }
         if partial {
             annotations.insert(PARTIAL_RECONCILIATION_ANNOTATION.into(), Value::from("true"));
         }
         Value::Object(annotations)
     };
-    let member_meta = |name: &str| json!({ "name": name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(true) });
-    let inventory_document = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": inventory,
-            "namespace": spec.namespace,
-            "labels": { INVENTORY_ID_LABEL: inventory, &spec.label_key: spec.agent_id },
-        },
-    });
+    let member_meta = |name: &str| json!({ "name": name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(&inventory), true) });
+    let inventory_document = |id: &str, partial: bool| {
+        let mut document = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": id,
+                "namespace": spec.namespace,
+                "labels": { INVENTORY_ID_LABEL: id, &spec.label_key: spec.agent_id },
+            },
+        });
+        // As GitLab writes it; an old workspace's inventory is written as it was.
+        let annotations = annotations(None, partial);
+        if env_in_secret && annotations.as_object().is_some_and(|a| !a.is_empty()) {
+            document["metadata"]["annotations"] = annotations;
+        }
+        document
+    };
+    let mut secrets = Vec::new();
+    if env_in_secret && resources == Resources::All {
+        secrets.push(inventory_document(&secrets_inventory, false));
+    }
     if desired == DesiredState::Terminated {
-        return to_stream(&[inventory_document]);
+        return to_stream(&[vec![inventory_document(&inventory, true)], secrets].concat());
+    }
+    if let Some(inventory) = secrets.first().map(|_| secrets_inventory.as_str()) {
+        let data: serde_json::Map<String, Value> = spec.env.iter().map(|(k, v)| (k.clone(), base64(v))).collect();
+        let metadata = json!({ "name": env_secret_name(&spec.name), "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(inventory), false) });
+        secrets.push(json!({ "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data }));
     }
     let selector = json!({ "app.kubernetes.io/name": spec.name });
     let mut resources = serde_json::Map::new();
@@ -84,7 +123,10 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     }
     let own = (!resources.is_empty()).then(|| json!({ "requests": resources.clone(), "limits": resources }));
     let resources = spec.config.container_resources(own).unwrap_or_else(|| json!({}));
-    let env: Vec<Value> = spec.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect();
+    let env: Vec<Value> = match env_in_secret {
+        true => Vec::new(),
+        false => spec.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect(),
+    };
     let mut container = json!({
         "name": "workspace",
         "image": spec.image,
@@ -93,6 +135,9 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     });
     if !env.is_empty() {
         container["env"] = Value::from(env);
+    }
+    if env_in_secret {
+        container["envFrom"] = json!([{ "secretRef": { "name": env_secret_name(&spec.name) } }]);
     }
     if resources != json!({}) {
         container["resources"] = resources;
@@ -110,7 +155,7 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
         spec.config.apply_to_pod(pod_spec);
     }
     let mut documents = vec![
-        inventory_document,
+        inventory_document(&inventory, true),
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -151,7 +196,7 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
             "automountServiceAccountToken": false,
         }),
     ];
-    if let Some(policy) = spec.config.network_policy_spec() {
+    if let Some(policy) = spec.config.network_policy_spec(&selector) {
         documents.push(json!({
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -161,12 +206,18 @@ pub fn build(spec: &WorkspaceSpec, desired: DesiredState) -> Result<String, serd
     }
     if let Some(hard) = spec.config.resource_quota_hard() {
         // As GitLab: the quota is left out of partial reconciliation.
-        let metadata = json!({ "name": spec.name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(false) });
+        let metadata = json!({ "name": spec.name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(&inventory), false) });
         documents.push(
             json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata, "spec": { "hard": hard } }),
         );
     }
+    documents.extend(secrets);
     to_stream(&documents)
+}
+
+/// A Secret's `data` value: base64, as k8s-openapi writes bytes.
+fn base64(text: &str) -> Value {
+    serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap_or_default()
 }
 
 fn to_stream(documents: &[Value]) -> Result<String, serde_saphyr::SerializeError> {
@@ -179,145 +230,4 @@ fn to_stream(documents: &[Value]) -> Result<String, serde_saphyr::SerializeError
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec() -> WorkspaceSpec {
-        WorkspaceSpec {
-            name: "alice".into(),
-            namespace: "wsync-1-alice".into(),
-            image: "busybox:1.36".into(),
-            cpu: Some("500m".into()),
-            memory: Some("256Mi".into()),
-            env: BTreeMap::from([("EDITOR".into(), "vim".into())]),
-            agent_id: "1".into(),
-            label_key: "agent.gitlab.com/id".into(),
-            image_pull_secrets: vec![],
-            config: AgentConfig::before_settings(),
-        }
-    }
-
-    #[test]
-    fn pods_name_the_copied_pull_secrets_only_when_there_are_some() {
-        let pod = |spec: &WorkspaceSpec| {
-            let objects = crate::yaml::parse_objects(&build(spec, DesiredState::Running).unwrap()).unwrap();
-            objects[1].data["spec"]["template"]["spec"].clone()
-        };
-        assert!(pod(&spec()).get("imagePullSecrets").is_none(), "no empty list the server would drop");
-        let with = WorkspaceSpec { image_pull_secrets: vec!["regcred".into()], ..spec() };
-        assert_eq!(pod(&with)["imagePullSecrets"], serde_json::json!([{ "name": "regcred" }]));
-    }
-
-    #[test]
-    fn the_same_input_gives_the_same_bytes() {
-        assert_eq!(build(&spec(), DesiredState::Running).unwrap(), build(&spec(), DesiredState::Running).unwrap());
-    }
-
-    #[test]
-    fn replicas_follow_the_desired_state() {
-        let objects = |desired| crate::yaml::parse_objects(&build(&spec(), desired).unwrap()).unwrap();
-        let replicas = |desired| objects(desired)[1].data["spec"]["replicas"].as_i64();
-        assert_eq!(replicas(DesiredState::Running), Some(1));
-        assert_eq!(replicas(DesiredState::Stopped), Some(0));
-        assert_eq!(replicas(DesiredState::RestartRequested), Some(0));
-    }
-
-    #[test]
-    fn inventory_ids_are_unique_per_agent() {
-        assert_ne!(inventory_id("1", "ws"), inventory_id("2", "ws"));
-        assert_eq!(inventory_id("1", "ws"), inventory_id("1", "ws"));
-        assert!(inventory_id("1", "ws").starts_with("ws-workspace-inventory-"));
-    }
-
-    #[test]
-    fn every_member_belongs_to_the_one_inventory() {
-        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
-        let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
-        assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "PersistentVolumeClaim", "ServiceAccount"]);
-        for member in &objects[1..] {
-            let annotations = member.metadata.annotations.as_ref().unwrap();
-            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], inventory_id("1", "alice"));
-            assert_eq!(annotations[PARTIAL_RECONCILIATION_ANNOTATION], "true");
-            assert_eq!(member.metadata.labels.as_ref().unwrap()["agent.gitlab.com/id"], "1");
-        }
-        assert_eq!(objects[0].metadata.labels.as_ref().unwrap()[INVENTORY_ID_LABEL], inventory_id("1", "alice"));
-    }
-
-    #[test]
-    fn gitlabs_settings_add_its_network_policy_quota_labels_and_resources() {
-        let config = AgentConfig::parse(
-            "max_resources_per_workspace: {limits: {cpu: '2', memory: 4Gi}}\n\
-             default_resources_per_workspace_container: {requests: {cpu: 100m}}\n\
-             labels: {tier: dev, agent.gitlab.com/id: forged}\nannotations: {team: eng}\n",
-        )
-        .unwrap();
-        let spec = WorkspaceSpec { cpu: None, memory: None, config, ..spec() };
-        let objects = crate::yaml::parse_objects(&build(&spec, DesiredState::Running).unwrap()).unwrap();
-        let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
-        assert_eq!(
-            kinds,
-            [
-                "ConfigMap",
-                "Deployment",
-                "Service",
-                "PersistentVolumeClaim",
-                "ServiceAccount",
-                "NetworkPolicy",
-                "ResourceQuota"
-            ]
-        );
-        for member in &objects[1..] {
-            let labels = member.metadata.labels.as_ref().unwrap();
-            assert_eq!((labels["tier"].as_str(), labels["agent.gitlab.com/id"].as_str()), ("dev", "1"), "ours win");
-            let annotations = member.metadata.annotations.as_ref().unwrap();
-            assert_eq!(annotations["team"], "eng");
-            assert_eq!(annotations[OWNING_INVENTORY_ANNOTATION], inventory_id("1", "alice"));
-        }
-        let quota = &objects[6];
-        assert!(!quota.metadata.annotations.as_ref().unwrap().contains_key(PARTIAL_RECONCILIATION_ANNOTATION));
-        assert_eq!(quota.data["spec"]["hard"]["limits.memory"], "4Gi");
-        let container = &objects[1].data["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(container["resources"]["requests"]["cpu"], "100m", "the agent's default resources");
-        assert_eq!(objects[1].data["spec"]["template"]["metadata"]["labels"]["tier"], "dev");
-    }
-
-    #[test]
-    fn runtime_class_user_namespaces_and_escalation_reach_the_pod() {
-        let pod = |config: AgentConfig| {
-            let spec = WorkspaceSpec { config, ..spec() };
-            let objects = crate::yaml::parse_objects(&build(&spec, DesiredState::Running).unwrap()).unwrap();
-            objects[1].data["spec"]["template"]["spec"].clone()
-        };
-        let before = pod(AgentConfig::before_settings());
-        assert!(before.get("runtimeClassName").is_none() && before.get("hostUsers").is_none());
-        assert!(before["containers"][0].get("securityContext").is_none(), "an old workspace builds as it did");
-        let gitlab = pod(AgentConfig::default());
-        assert_eq!(
-            gitlab["containers"][0]["securityContext"],
-            json!({ "allowPrivilegeEscalation": false, "privileged": false })
-        );
-        let config = AgentConfig::parse(
-            "default_runtime_class: gvisor\nuse_kubernetes_user_namespaces: true\nallow_privilege_escalation: true\n",
-        )
-        .unwrap();
-        let contained = pod(config);
-        assert_eq!(
-            (contained["runtimeClassName"].as_str(), contained["hostUsers"].as_bool()),
-            (Some("gvisor"), Some(false))
-        );
-        assert_eq!(contained["containers"][0]["securityContext"]["allowPrivilegeEscalation"], true);
-    }
-
-    #[test]
-    fn a_terminated_workspace_gets_its_inventory_alone() {
-        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Terminated).unwrap()).unwrap();
-        assert_eq!(objects.len(), 1);
-        assert_eq!(objects[0].metadata.name.as_deref(), Some(inventory_id("1", "alice").as_str()));
-    }
-
-    #[test]
-    fn a_rollout_has_a_progress_deadline() {
-        let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running).unwrap()).unwrap();
-        assert_eq!(objects[1].data["spec"]["progressDeadlineSeconds"], PROGRESS_DEADLINE_SECONDS);
-    }
-}
+mod tests;

@@ -31,6 +31,9 @@ pub struct Workspace {
     /// The agent's settings when this workspace was created: what its config is built from.
     #[serde(default = "crate::control_plane::agent_config::AgentConfig::before_settings")]
     pub agent_config: crate::control_plane::agent_config::AgentConfig,
+    /// Whose it is (GitLab's user), for `workspaces_per_user_quota`.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -75,6 +78,8 @@ pub struct NewWorkspace {
     pub memory: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 /// A signed-in browser's session: its CSRF token, and when it ends. The cookie that names it

@@ -136,8 +136,12 @@ pub fn decide(
             continue;
         }
         let config_to_apply = if selection.include_config(request.update_type) {
-            config_builder::build(&spec(workspace, agent, &config.label_key), workspace.desired_state)
-                .map_err(|e| format!("building the config of {}: {e}", workspace.name))?
+            config_builder::build(
+                &spec(workspace, agent, &config.label_key),
+                workspace.desired_state,
+                selection.resources(request.update_type),
+            )
+            .map_err(|e| format!("building the config of {}: {e}", workspace.name))?
         } else {
             String::new()
         };

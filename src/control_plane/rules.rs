@@ -65,6 +65,14 @@ fn deployment_state(deployment: &DeploymentFacts) -> ActualState {
     }
 }
 
+/// Which resources an answer carries: all of them (a full reconcile, a new workspace, changed
+/// pull secrets), or those GitLab marks for partial reconciliation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resources {
+    All,
+    Partial,
+}
+
 /// What the selection rules read of a workspace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Selection {
@@ -103,6 +111,16 @@ impl Selection {
                     || reported
                     || self.force_include_all_resources
             }
+        }
+    }
+
+    /// Which resources its config carries: all on a full reconcile or when forced (a new
+    /// workspace, changed pull secrets), else only those marked for partial reconciliation.
+    pub fn resources(&self, update_type: UpdateType) -> Resources {
+        if update_type == UpdateType::Full || self.force_include_all_resources {
+            Resources::All
+        } else {
+            Resources::Partial
         }
     }
 

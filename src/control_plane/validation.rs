@@ -19,6 +19,18 @@ pub fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), String> 
     Ok(())
 }
 
+/// An environment variable's name as Kubernetes takes it (and so as a Secret key too).
+pub fn is_env_name(s: &str) -> bool {
+    (1..=253).contains(&s.len())
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A workspace owner: a GitLab username's characters, at most 255 of them.
+pub fn is_owner_name(s: &str) -> bool {
+    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 40

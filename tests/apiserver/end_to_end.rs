@@ -48,17 +48,26 @@ async fn a_workspace_lives_from_creation_to_termination() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rejected_config_shows_the_apiservers_message_and_survives_a_restart() {
-    let system = System::start("e2e-err").await;
-    // An environment variable name the apiserver rejects: the Deployment gets a 422.
-    system.cli(&["create", "bob", "--image", "busybox:1.36", "--env", "1BAD=x"]);
-    system.cli(&["create", "carol", "--image", "busybox:1.36"]);
+    // Default requests above the limits, which only the apiserver checks: a workspace that
+    // names no resources of its own gets a 422 for its Deployment.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = dir.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        "default_resources_per_workspace_container: {requests: {cpu: '2'}, limits: {cpu: '1'}}\n",
+    )
+    .expect("settings");
+    let system = System::start_with("e2e-err", &["--config", path_str(&settings)]).await;
+    system.cli(&["create", "bob", "--image", "busybox:1.36"]);
+    system.cli(&["create", "carol", "--image", "busybox:1.36", "--cpu", "100m"]);
     let broken = system.wait_actual("bob", "Error").await;
     let message = broken["error"]["message"].as_str().expect("an error message").to_string();
-    assert!(message.contains("Invalid value") && message.contains("1BAD"), "the apiserver's words: {message}");
+    let said = "must be less than or equal to cpu limit";
+    assert!(message.contains("Invalid value") && message.contains(said), "the apiserver's words: {message}");
     assert_eq!(broken["error"]["error_type"], "applier");
     system.wait_actual("carol", "Running").await;
     let table = system.cli(&["list"]);
-    assert!(table.contains("applier error:") && table.contains("1BAD"), "{table}");
+    assert!(table.contains("applier error:") && table.contains("cpu limit"), "{table}");
 
     // What a person sees on the page, rendered by a real browser, signed in.
     let mut browser = browser::Browser::launch();
@@ -67,7 +76,7 @@ async fn a_rejected_config_shows_the_apiservers_message_and_survives_a_restart()
     let page = browser.html();
     assert!(page.contains("Workspaces of agent"), "{page}");
     assert!(page.contains("bob") && page.contains("carol"), "{page}");
-    assert!(page.contains("1BAD"), "the error message in full: {page}");
+    assert!(page.contains("must be less than or equal to cpu limit"), "the error message in full: {page}");
     for button in ["Start", "Stop", "Restart", "Terminate"] {
         assert!(page.contains(&format!(">{button}</button>")), "{button} button: {page}");
     }

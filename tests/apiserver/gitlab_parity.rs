@@ -25,18 +25,7 @@ async fn a_workspace_as_gitlab_generates_it_is_applied_whole_and_runs() {
     let (name, namespace) = (format!("{id}-ws"), format!("gl-rd-ns-{id}"));
     // The fixture's Pods name a RuntimeClass; a cluster that runs GitLab workspaces has one.
     let runtime_class = "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: standard\nhandler: runc\n";
-    let applied = std::process::Command::new("kubectl")
-        .args(["apply", "-f", "-"])
-        .env("KUBECONFIG", &env.admin_kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().expect("stdin").write_all(runtime_class.as_bytes())?;
-            child.wait()
-        })
-        .expect("kubectl");
-    assert!(applied.success(), "the RuntimeClass");
+    kubectl_apply(env, runtime_class);
 
     let mut script = Script::with_intervals(300, 1);
     let key = (namespace.clone(), name.clone());

@@ -8,6 +8,8 @@ use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
 use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
 
+mod settings;
+
 struct Server {
     url: String,
     http: reqwest::Client,
@@ -135,6 +137,12 @@ async fn the_management_api_validates_and_keeps_agents_apart() {
         .send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(r#"{"name": "x", "image": ""}"#))
         .await;
     assert_eq!(status, 400);
+    // A name the kubelet would drop from the environment, said at the door.
+    let bad_env = json!({"name": "y", "image": "busybox:1.36", "env": {"1BAD": "x"}}).to_string();
+    let (status, body) =
+        server.send(reqwest::Method::POST, "/api/v1/agents/a1/workspaces", Some(ADMIN), Some(&bad_env)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("\"1BAD\""), "{body}");
 
     let (_, list) = server.send(reqwest::Method::GET, "/api/v1/agents/a2/workspaces", Some(ADMIN), None).await;
     assert_eq!(list, json!([]), "a2 never sees a1's workspaces");
@@ -328,36 +336,4 @@ async fn answers_have_gitlabs_shape_and_order() {
         assert_eq!(info["image_pull_secrets"], json!([]), "{info:?}");
         assert!(info.contains_key("deployment_resource_version") && info["deployment_resource_version"].is_null());
     }
-}
-
-/// `workspaces_quota`: creation past it is refused with the count; a terminated workspace
-/// frees its place. Settings that Kubernetes would refuse are refused first, by name.
-#[tokio::test]
-async fn the_workspaces_quota_and_settings_are_checked_at_the_door() {
-    let server = serve().await;
-    let register = json!({"id": "q1", "config": {"workspaces_quota": 1}}).to_string();
-    let (status, _) = server.send(reqwest::Method::POST, "/api/v1/agents", Some(ADMIN), Some(&register)).await;
-    assert_eq!(status, 201);
-    let create = |name: &str| json!({"name": name, "image": "busybox:1.36"}).to_string();
-    let path = "/api/v1/agents/q1/workspaces";
-    let (status, _) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("one"))).await;
-    assert_eq!(status, 201);
-    let (status, body) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("two"))).await;
-    assert_eq!(status, 409, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("workspaces_quota"), "{body}");
-    server.send(reqwest::Method::POST, "/api/v1/agents/q1/workspaces/one/terminate", Some(ADMIN), None).await;
-    let (status, _) = server.send(reqwest::Method::POST, path, Some(ADMIN), Some(&create("two"))).await;
-    assert_eq!(status, 201, "a terminated workspace frees its place");
-
-    for bad in [
-        json!({"network_policy": {"egress": [{"allow": "everywhere"}]}}),
-        json!({"allow_privilege_escalation": true}),
-        json!({"not_a_setting": 1}),
-    ] {
-        let (status, body) =
-            server.send(reqwest::Method::PUT, "/api/v1/agents/q1/config", Some(ADMIN), Some(&bad.to_string())).await;
-        assert_eq!(status, 400, "{bad}: {body}");
-    }
-    let (status, config) = server.send(reqwest::Method::GET, "/api/v1/agents/q1/config", Some(ADMIN), None).await;
-    assert_eq!((status, config["workspaces_quota"].clone()), (200, json!(1)), "unchanged by the refusals");
 }

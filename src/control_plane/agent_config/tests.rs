@@ -6,7 +6,7 @@ fn gitlabs_defaults_and_its_network_policy() {
     assert!(config.is_some_and(|e| e.contains("enabled")), "unknown keys are refused by name");
     let config = AgentConfig::parse("{}").unwrap();
     assert_eq!(config, AgentConfig::default());
-    let spec = config.network_policy_spec().expect("on by default");
+    let spec = config.network_policy_spec(&json!({})).expect("on by default");
     // GitLab's own, as its spec fixture has it (tests/fixtures/gitlab/config_to_apply.yaml).
     assert_eq!(
         spec,
@@ -24,7 +24,7 @@ fn gitlabs_defaults_and_its_network_policy() {
         })
     );
     assert_eq!(config.resource_quota_hard(), None, "no quota without a maximum");
-    assert_eq!(AgentConfig::before_settings().network_policy_spec(), None);
+    assert_eq!(AgentConfig::before_settings().network_policy_spec(&json!({})), None);
 }
 
 #[test]
@@ -72,4 +72,34 @@ fn the_workspaces_quota_counts_what_is_not_terminated() {
     let two = AgentConfig::parse("workspaces_quota: 2").unwrap();
     assert!(two.admits_another(1) && !two.admits_another(2));
     assert!(!AgentConfig::parse("workspaces_quota: 0").unwrap().admits_another(0), "0: no workspaces at all");
+}
+
+#[test]
+fn a_shared_namespace_follows_gitlabs_rules() {
+    let ok = AgentConfig::parse("shared_namespace: workspaces\n").unwrap();
+    assert_eq!(ok.shared_namespace, "workspaces");
+    for (bad, why) in [
+        ("Workspaces", "lowercase"),
+        ("-ws", "alphanumeric"),
+        ("a.b", "lowercase"),
+        ("kube-system", "system namespace"),
+        ("default", "system namespace"),
+    ] {
+        let error = AgentConfig::parse(&format!("shared_namespace: {bad}\n")).unwrap_err();
+        assert!(error.contains(why), "{bad}: {error}");
+    }
+    let long = "a".repeat(64);
+    assert!(AgentConfig::parse(&format!("shared_namespace: {long}\n")).is_err());
+    let quota = AgentConfig::parse("shared_namespace: ws\nmax_resources_per_workspace: {limits: {cpu: '1'}}\n");
+    assert!(quota.unwrap_err().contains("max_resources_per_workspace must be empty"));
+}
+
+#[test]
+fn in_a_shared_namespace_pull_secrets_are_its_own() {
+    use crate::protocol::ImagePullSecret;
+    let secret = |namespace: &str| ImagePullSecret { name: "regcred".into(), namespace: namespace.into() };
+    let shared = AgentConfig::parse("shared_namespace: ws\n").unwrap();
+    assert!(shared.check_pull_secrets(&[secret("ws")]).is_ok());
+    assert!(shared.check_pull_secrets(&[secret("registry")]).unwrap_err().contains("registry/regcred"));
+    assert!(AgentConfig::default().check_pull_secrets(&[secret("registry")]).is_ok());
 }

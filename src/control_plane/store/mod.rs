@@ -8,6 +8,7 @@ mod error;
 mod orphans;
 mod postgres;
 pub mod rows;
+mod settings;
 mod sqlite_writer;
 
 use super::agent_config::AgentConfig;
@@ -146,53 +147,6 @@ impl Store {
         Ok(token)
     }
 
-    /// Replace an agent's image pull secrets; every workspace then gets its config again.
-    /// Returns false when there is no such agent.
-    pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
-        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let mut tx = self.pool.begin().await?;
-        self.lock_agent(&mut tx, id).await?;
-        let updated = sqlx::query("UPDATE agents SET image_pull_secrets = $1 WHERE id = $2")
-            .bind(secrets)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("UPDATE workspaces SET force_include_all_resources = 1 WHERE agent_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(updated == 1)
-    }
-
-    /// An agent's workspace settings; None when there is no such agent.
-    pub async fn agent_config(&self, id: &str) -> StoreResult<Option<AgentConfig>> {
-        let row = sqlx::query("SELECT workspaces_config FROM agents WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|row| {
-            let json: String = row.try_get("workspaces_config")?;
-            serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))
-        })
-        .transpose()
-    }
-
-    /// Replace an agent's workspace settings: workspaces created from now on get them; those
-    /// that exist keep theirs (GitLab freezes a workspace's config at creation). False when
-    /// there is no such agent.
-    pub async fn set_agent_config(&self, id: &str, config: &AgentConfig) -> StoreResult<bool> {
-        let json = serde_json::to_string(config).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let updated = sqlx::query("UPDATE agents SET workspaces_config = $1 WHERE id = $2")
-            .bind(json)
-            .bind(id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(updated == 1)
-    }
-
     pub async fn agent_ids(&self) -> StoreResult<Vec<String>> {
         let rows = sqlx::query("SELECT id FROM agents ORDER BY id").fetch_all(&self.pool).await?;
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
@@ -208,33 +162,36 @@ impl Store {
         // Under the agent's lock, so that two creations cannot both take the last place.
         let mut tx = self.pool.begin().await?;
         self.lock_agent(&mut tx, agent_id).await?;
-        let config = sqlx::query("SELECT workspaces_config FROM agents WHERE id = $1")
-            .bind(agent_id)
-            .fetch_optional(&mut *tx)
+        let (config, _) = settings::read_settings(&mut tx, agent_id)
             .await?
             .ok_or_else(|| StoreError::Conflict(format!("no agent {agent_id:?}")))?;
-        let config: AgentConfig = serde_json::from_str(&config.try_get::<String, _>("workspaces_config")?)
-            .map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))?;
-        let (existing,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2")
-                .bind(agent_id)
-                .bind(state_text(&DesiredState::Terminated))
-                .fetch_one(&mut *tx)
-                .await?;
+        let existing = self.alive_workspaces(&mut tx, agent_id).await?;
         if !config.admits_another(existing) {
             return Err(StoreError::Conflict(format!(
                 "agent {agent_id:?} has {existing} workspaces that are not terminated, its workspaces_quota"
             )));
         }
+        let owned = match &new.owner {
+            Some(owner) => settings::alive_workspaces_of(&mut tx, agent_id, owner).await?,
+            None => 0,
+        };
+        config.admits_another_of(new.owner.as_deref(), owned).map_err(StoreError::Conflict)?;
+        let namespace = match config.shared_namespace.as_str() {
+            "" => workspace_namespace(agent_id, &new.name),
+            shared => {
+                settings::check_name_free_in(&mut tx, shared, &new.name).await?;
+                shared.to_string()
+            }
+        };
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
-             desired_state_updated_at, actual_state_updated_at, created_at, agent_config) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             desired_state_updated_at, actual_state_updated_at, created_at, force_include_all_resources, owner, agent_config) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, \
              (SELECT workspaces_config FROM agents WHERE id = $1))",
         )
         .bind(agent_id)
         .bind(&new.name)
-        .bind(workspace_namespace(agent_id, &new.name))
+        .bind(namespace)
         .bind(&new.image)
         .bind(new.cpu.clone())
         .bind(new.memory.clone())
@@ -244,6 +201,7 @@ impl Store {
         .bind(now)
         .bind(now)
         .bind(now)
+        .bind(new.owner.clone())
         .execute(&mut *tx)
         .await
         .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;

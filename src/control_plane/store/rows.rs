@@ -21,7 +21,7 @@ pub enum Written {
 }
 
 /// Every column of `workspaces` (migrations/), with its SQL type.
-pub const COLUMNS: [(&str, &str, Written); 22] = [
+pub const COLUMNS: [(&str, &str, Written); 23] = [
     ("agent_id", "TEXT", Written::Key),
     ("name", "TEXT", Written::Key),
     ("namespace", "TEXT", Written::AtCreation),
@@ -44,6 +44,7 @@ pub const COLUMNS: [(&str, &str, Written); 22] = [
     ("error_desired_state", "TEXT", Written::ByReconcile),
     ("created_at", "BIGINT", Written::AtCreation),
     ("agent_config", "TEXT", Written::AtCreation),
+    ("owner", "TEXT", Written::AtCreation),
 ];
 
 fn names(written: Written) -> impl Iterator<Item = &'static str> {
@@ -164,6 +165,7 @@ pub fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
             Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("agent_config: {e}")))?,
             None => AgentConfig::before_settings(),
         },
+        owner: row.text("owner")?,
     })
 }
 
@@ -276,6 +278,7 @@ mod tests {
             error: None,
             created_at: 0,
             agent_config: AgentConfig::before_settings(),
+            owner: None,
         }
     }
 

@@ -1,0 +1,127 @@
+//! An agent's settings: its pull secrets and GitLab's workspace settings, each changed under
+//! the agent's lock and checked against the other and against the agent's workspaces.
+
+use super::error::{StoreError, StoreResult};
+use super::{Store, state_text};
+use crate::control_plane::agent_config::AgentConfig;
+use crate::protocol::{DesiredState, ImagePullSecret};
+use sqlx::Row;
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
+
+/// An agent's settings and pull secrets as the transaction sees them; None without the agent.
+pub(super) async fn read_settings(
+    tx: &mut Tx<'_>,
+    id: &str,
+) -> StoreResult<Option<(AgentConfig, Vec<ImagePullSecret>)>> {
+    let row = sqlx::query("SELECT workspaces_config, image_pull_secrets FROM agents WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let config: AgentConfig = serde_json::from_str(&row.try_get::<String, _>("workspaces_config")?)
+        .map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))?;
+    let secrets: Vec<ImagePullSecret> = serde_json::from_str(&row.try_get::<String, _>("image_pull_secrets")?)
+        .map_err(|e| StoreError::Corrupt(format!("image_pull_secrets: {e}")))?;
+    Ok(Some((config, secrets)))
+}
+
+/// How many of an agent's workspaces that are not terminated `owner` has.
+pub(super) async fn alive_workspaces_of(tx: &mut Tx<'_>, agent_id: &str, owner: &str) -> StoreResult<i64> {
+    let (owned,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND owner = $2 AND desired_state <> $3")
+            .bind(agent_id)
+            .bind(owner)
+            .bind(state_text(&DesiredState::Terminated))
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(owned)
+}
+
+/// In a shared namespace a name is unique across agents: two workspaces of one name would be
+/// one Deployment.
+pub(super) async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &str) -> StoreResult<()> {
+    let taken =
+        sqlx::query("SELECT agent_id FROM workspaces WHERE namespace = $1 AND name = $2 AND desired_state <> $3")
+            .bind(namespace)
+            .bind(name)
+            .bind(state_text(&DesiredState::Terminated))
+            .fetch_optional(&mut **tx)
+            .await?;
+    match taken {
+        Some(_) => {
+            Err(StoreError::Conflict(format!("a workspace {name:?} already runs in shared namespace {namespace}")))
+        }
+        None => Ok(()),
+    }
+}
+
+impl Store {
+    /// An agent's workspace settings; None when there is no such agent.
+    pub async fn agent_config(&self, id: &str) -> StoreResult<Option<AgentConfig>> {
+        let mut tx = self.pool.begin().await?;
+        let settings = read_settings(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(settings.map(|(config, _)| config))
+    }
+
+    /// Replace an agent's workspace settings: workspaces created from now on get them; those
+    /// that exist keep theirs (GitLab freezes a workspace's config at creation). Its
+    /// `shared_namespace` changes only while no workspace is alive, since each keeps the
+    /// namespace it was created in. False when there is no such agent.
+    pub async fn set_agent_config(&self, id: &str, config: &AgentConfig) -> StoreResult<bool> {
+        let json = serde_json::to_string(config).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, id).await?;
+        let Some((current, secrets)) = read_settings(&mut tx, id).await? else { return Ok(false) };
+        config.check_pull_secrets(&secrets).map_err(StoreError::Conflict)?;
+        if current.shared_namespace != config.shared_namespace {
+            let alive = self.alive_workspaces(&mut tx, id).await?;
+            if alive > 0 {
+                return Err(StoreError::Conflict(format!(
+                    "shared_namespace cannot change while agent {id:?} has {alive} workspaces that are not \
+                     terminated: each keeps the namespace it was created in"
+                )));
+            }
+        }
+        sqlx::query("UPDATE agents SET workspaces_config = $1 WHERE id = $2")
+            .bind(json)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Replace an agent's image pull secrets; every workspace then gets its config again.
+    /// Returns false when there is no such agent.
+    pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
+        let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let mut tx = self.pool.begin().await?;
+        self.lock_agent(&mut tx, id).await?;
+        let Some((config, _)) = read_settings(&mut tx, id).await? else { return Ok(false) };
+        config.check_pull_secrets(image_pull_secrets).map_err(StoreError::Conflict)?;
+        sqlx::query("UPDATE agents SET image_pull_secrets = $1 WHERE id = $2")
+            .bind(secrets)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE workspaces SET force_include_all_resources = 1 WHERE agent_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// How many of an agent's workspaces are not terminated.
+    pub(super) async fn alive_workspaces(&self, tx: &mut Tx<'_>, id: &str) -> StoreResult<i64> {
+        let (alive,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2")
+                .bind(id)
+                .bind(state_text(&DesiredState::Terminated))
+                .fetch_one(&mut **tx)
+                .await?;
+        Ok(alive)
+    }
+}
