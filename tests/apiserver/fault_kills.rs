@@ -25,7 +25,7 @@ async fn kill_9_between_the_inventory_write_and_the_member_applies() {
     let scenario = killed_at("after-inventory-write", script).await;
     let cleared = Instant::now();
     scenario.wait_for_config_maps(&["cfg"], &[]).await;
-    scenario.finish("kill -9 between the inventory write and the members", cleared);
+    scenario.finish("kill -9 between the inventory write and the members", cleared).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -33,7 +33,7 @@ async fn kill_9_between_the_answer_and_the_status_write() {
     let scenario = killed_at("after-answer", script).await;
     let cleared = Instant::now();
     scenario.wait_for_config_maps(&["cfg"], &[]).await;
-    scenario.finish("kill -9 between the answer and the status write", cleared);
+    scenario.finish("kill -9 between the answer and the status write", cleared).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -46,7 +46,7 @@ async fn a_leader_killed_mid_cycle_is_replaced_by_its_standby() {
     let cleared = Instant::now();
     scenario.wait_for_config_maps(&["cfg"], &[]).await;
     assert!(standby.logs().contains("became the leader"), "{}", standby.logs());
-    scenario.finish("leader killed mid-cycle; the standby takes over", cleared);
+    scenario.finish("leader killed mid-cycle; the standby takes over", cleared).await;
 }
 
 /// A broken config next to the good one: its error is being written when the agent dies.
@@ -70,7 +70,7 @@ async fn kill_9_during_a_status_write() {
             r.request.workspace_agent_infos.iter().any(|i| i.namespace == broken && i.error_details.is_some())
         })
         .await;
-    let lost = errors_lost(&scenario.agent, &scenario.stub, &broken);
+    let lost = errors_lost(&scenario.agent, &scenario.stub, &broken).await;
     record("kill -9 during a status write", cleared.elapsed(), lost, orphans(scenario.env, &scenario.ns));
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 16;
+const SCENARIOS: usize = 25;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.
@@ -63,19 +63,26 @@ pub fn orphans(env: &TestEnv, namespace: &str) -> usize {
 }
 
 /// Errors the agent logged for a workspace that the control plane never heard of, unless a
-/// later apply of it succeeded (then the error no longer holds).
-pub fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -> usize {
-    let logs = agent.logs();
-    let failed = logs.lines().any(|l| l.contains("apply failed") && l.contains(namespace));
-    if !failed {
-        return 0;
+/// later apply of it succeeded (then the error no longer holds). An error recorded just now
+/// gets the few seconds its report or its retry takes (two partial intervals and a backoff).
+pub async fn errors_lost(agent: &AgentProcess, stub: &StubControlPlane, namespace: &str) -> usize {
+    let settled = || {
+        let logs = agent.logs();
+        let failed = logs.lines().any(|l| l.contains("apply failed") && l.contains(namespace));
+        let reported = stub.requests().iter().any(|r| {
+            r.request.workspace_agent_infos.iter().any(|i| i.namespace == namespace && i.error_details.is_some())
+        });
+        let recovered = logs.lines().any(|l| l.contains("retried a failed apply") && l.contains("success"));
+        !failed || reported || recovered
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !settled() {
+        if Instant::now() > deadline {
+            return 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let reported = stub
-        .requests()
-        .iter()
-        .any(|r| r.request.workspace_agent_infos.iter().any(|i| i.namespace == namespace && i.error_details.is_some()));
-    let recovered = logs.lines().any(|l| l.contains("retried a failed apply") && l.contains("success"));
-    usize::from(!(reported || recovered))
+    0
 }
 
 /// A workspace synced by an agent that reaches the apiserver through a fault proxy.
@@ -140,9 +147,10 @@ impl Scenario {
         Instant::now()
     }
 
-    pub fn finish(&self, fault: &str, cleared: Instant) {
+    pub async fn finish(&self, fault: &str, cleared: Instant) {
         let converged = cleared.elapsed();
-        record(fault, converged, errors_lost(&self.agent, &self.stub, &self.ns), orphans(self.env, &self.ns));
+        let lost = errors_lost(&self.agent, &self.stub, &self.ns).await;
+        record(fault, converged, lost, orphans(self.env, &self.ns));
     }
 }
 
@@ -152,7 +160,7 @@ async fn faulty_apply(fault: Fault, name: &str) {
     scenario.stub.set_script(script(&scenario.ns, &["cfg", "cfg2"]));
     let cleared = scenario.faults_spent().await;
     scenario.wait_for_config_maps(&["cfg", "cfg2"], &[]).await;
-    scenario.finish(name, cleared);
+    scenario.finish(name, cleared).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -166,19 +174,40 @@ async fn apiserver_500_on_patch() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn apiserver_500_on_delete_during_prune() {
+async fn apiserver_reset_on_patch() {
+    faulty_apply(Fault::ResetMidBody, "apiserver reset on PATCH ×3").await;
+}
+
+/// `times` DELETEs of a pruned member fail. A reset comes after the apiserver deleted it, so
+/// the retry finds it gone and sends no second DELETE.
+async fn faulty_prune(fault: Fault, times: usize, name: &str) {
     let scenario = Scenario::start("fp", |_| {}).await;
-    scenario.proxy.arm(Some("DELETE"), "/configmaps/cfg", Fault::Status(500), 2);
+    scenario.proxy.arm(Some("DELETE"), "/configmaps/cfg", fault, times);
     scenario.stub.set_script(script(&scenario.ns, &["cfg2"]));
     let cleared = scenario.faults_spent().await;
     scenario.wait_for_config_maps(&["cfg2"], &["cfg"]).await;
-    scenario.finish("apiserver 500 on DELETE (prune) ×2", cleared);
+    scenario.finish(name, cleared).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn apiserver_500_on_list_in_a_full_cycle() {
+async fn apiserver_500_on_delete_during_prune() {
+    faulty_prune(Fault::Status(500), 2, "apiserver 500 on DELETE (prune) ×2").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_429_on_delete_during_prune() {
+    faulty_prune(Fault::Status(429), 2, "apiserver 429 on DELETE (prune) ×2").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_reset_on_delete_during_prune() {
+    faulty_prune(Fault::ResetMidBody, 1, "apiserver reset on DELETE (prune) after the delete").await;
+}
+
+/// A requested full cycle whose paged LIST of Deployments fails first.
+async fn faulty_list(fault: Fault, name: &str) {
     let scenario = Scenario::start("fl", |_| {}).await;
-    scenario.proxy.arm(Some("GET"), "/deployments?", Fault::Status(500), 2);
+    scenario.proxy.arm(Some("GET"), "/deployments?", fault, 2);
     let env = scenario.env;
     kubectl_ok(
         env,
@@ -190,12 +219,28 @@ async fn apiserver_500_on_list_in_a_full_cycle() {
         (wss["status"]["lastHandledResyncRequest"] == "after-list-fault").then_some(())
     })
     .await;
-    scenario.finish("apiserver 500 on LIST ×2", cleared);
+    scenario.finish(name, cleared).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn apiserver_watch_reset_mid_body() {
-    let scenario = Scenario::start("fw", |proxy| proxy.arm(Some("GET"), "watch=true", Fault::ResetMidBody, 3)).await;
+async fn apiserver_500_on_list_in_a_full_cycle() {
+    faulty_list(Fault::Status(500), "apiserver 500 on LIST ×2").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_429_on_list_in_a_full_cycle() {
+    faulty_list(Fault::Status(429), "apiserver 429 on LIST ×2").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_reset_on_list_in_a_full_cycle() {
+    faulty_list(Fault::ResetMidBody, "apiserver reset on LIST ×2").await;
+}
+
+/// The agent's watches fail as they start; a change made after still reaches the control
+/// plane promptly.
+async fn faulty_watch(fault: Fault, name: &str) {
+    let scenario = Scenario::start("fw", |proxy| proxy.arm(Some("GET"), "watch=true", fault, 3)).await;
     let cleared = scenario.faults_spent().await;
     // A change after the watches were cut still reaches the control plane promptly.
     let env = scenario.env;
@@ -215,25 +260,64 @@ async fn apiserver_watch_reset_mid_body() {
             })
         })
         .await;
-    scenario.finish("apiserver watch reset mid-body ×3", cleared);
+    scenario.finish(name, cleared).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_watch_reset_mid_body() {
+    faulty_watch(Fault::ResetMidBody, "apiserver watch reset mid-body ×3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_429_on_watch() {
+    faulty_watch(Fault::Status(429), "apiserver 429 on WATCH ×3").await;
 }
 
 /// Commit, then the answer is lost: the control plane has stamped the Stop as delivered.
 async fn answer_lost_after_commit(database: Option<String>, name: &str) {
-    control_plane_fault(database, Fault::DelayAnswer(Duration::from_secs(4)), 1, name, true).await;
+    let fault = Disruption::Proxy(Fault::DelayAnswer(Duration::from_secs(4)), 1);
+    control_plane_fault(database, fault, name, Some(true)).await;
 }
 
-/// A Stop issued, then `fault` on the next `times` reconciles: the Stop still lands within two
-/// partial intervals after the faults stop. `lost`: the answer was committed, then lost.
-async fn control_plane_fault(database: Option<String>, fault: Fault, times: usize, name: &str, lost: bool) {
+/// What happens to the control plane.
+enum Disruption {
+    /// A fault on the next reconciles, through the proxy.
+    Proxy(Fault, usize),
+    /// The process is stopped for this long: connections are refused.
+    Down(Duration),
+}
+
+/// Whether `name`'s error reached the control plane: 0 when it did, 1 when it was lost.
+async fn error_lost(system: &System, name: &str) -> usize {
+    let deadline = Instant::now() + LONG;
+    while Instant::now() < deadline {
+        if !system.workspace(name)["error"].is_null() {
+            return 0;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    1
+}
+
+/// A Stop issued, then the control plane disrupted: the Stop still lands within two partial
+/// intervals after the disruption ends, and an apply error the agent recorded as it began
+/// still reaches the control plane. `full`: whether the agent must count the answer as lost.
+async fn control_plane_fault(database: Option<String>, disruption: Disruption, name: &str, full: Option<bool>) {
     let env = env();
-    let (system, proxy) = System::start_behind_proxy("fc", database).await;
+    let (mut system, proxy) = System::start_behind_proxy("fc", database).await;
     system.cli(&["create", "carol", "--image", "registry.example.com/ide:1"]);
     let running = system.wait_actual("carol", "Running").await;
     let ns = running["namespace"].as_str().expect("namespace").to_string();
-    proxy.arm(Some("POST"), "/reconcile", fault, times);
+    // A quantity only the apiserver checks: dave's apply fails as the disruption begins.
+    system.cli(&["create", "dave", "--image", "registry.example.com/ide:1", "--cpu", "100q"]);
+    if let Disruption::Proxy(fault, times) = &disruption {
+        proxy.arm(Some("POST"), "/reconcile", fault.clone(), *times);
+    }
     system.cli(&["stop", "carol"]);
-    eventually("the faults to fire", LONG, || proxy.spent().then_some(())).await;
+    match disruption {
+        Disruption::Proxy(..) => eventually("the faults to fire", LONG, || proxy.spent().then_some(())).await,
+        Disruption::Down(down) => system.control_plane.restart_after(|| std::thread::sleep(down)),
+    }
     let cleared = Instant::now();
     eventually("the Stop applied", LONG, || {
         (get_field(env, &ns, "deployment/carol", "{.spec.replicas}").as_deref() == Some("0")).then_some(())
@@ -244,18 +328,41 @@ async fn control_plane_fault(database: Option<String>, fault: Fault, times: usiz
     // it the Stop would wait for the periodic full cycle (60 s here, an hour by default).
     assert!(converged < Duration::from_secs(15), "the Stop took {converged:?}");
     let logs = system.agent.logs();
-    assert_eq!(logs.contains("the next cycle is full"), lost, "{logs}");
-    record(name, converged, 0, orphans(env, &ns));
+    if let Some(full) = full {
+        assert_eq!(logs.contains("the next cycle is full"), full, "{logs}");
+    }
+    let lost = error_lost(&system, "dave").await;
+    record(name, converged, lost, orphans(env, &ns));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn control_plane_500_three_times() {
-    control_plane_fault(None, Fault::Status(500), 3, "control plane 500 ×3", false).await;
+    let fault = Disruption::Proxy(Fault::Status(500), 3);
+    control_plane_fault(None, fault, "control plane 500 ×3", Some(false)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn control_plane_answer_cut_mid_body() {
-    control_plane_fault(None, Fault::ResetMidBody, 2, "control plane answer truncated ×2", true).await;
+    let fault = Disruption::Proxy(Fault::ResetMidBody, 2);
+    control_plane_fault(None, fault, "control plane answer truncated ×2", Some(true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_garbage() {
+    let fault = Disruption::Proxy(Fault::Garbage, 2);
+    control_plane_fault(None, fault, "control plane answers garbage ×2", Some(true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_hangs() {
+    // Past the agent's --request-timeout (2 s here), never reaching the control plane.
+    let fault = Disruption::Proxy(Fault::Hang(Duration::from_secs(5)), 1);
+    control_plane_fault(None, fault, "control plane hangs past the timeout", Some(true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_down() {
+    control_plane_fault(None, Disruption::Down(Duration::from_secs(4)), "control plane down 4 s", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

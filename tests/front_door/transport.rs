@@ -188,3 +188,59 @@ async fn an_unauthenticated_upload_leaves_memory_flat() {
     println!("64 MiB unauthenticated upload: {} KiB sent, RSS {} → {} KiB", sent / 1024, before / 1024, after / 1024);
     assert!(grew < 8 * 1024 * 1024, "the control plane grew {} KiB", grew / 1024);
 }
+
+/// A session ends at `--session-ttl`: the page then sends the browser to sign in again, and a
+/// form posted with the old cookie changes nothing. Pages keep `Origin` on their own forms
+/// (`Referrer-Policy: same-origin`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_ends_at_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("control-plane.log");
+    let control_plane = ControlPlaneProcess::start(&sqlite(&dir), log, &["--session-ttl", "2s"]);
+    control_plane.cli(&["agents", "register", "a1"]);
+    control_plane.cli(&["workspaces", "--agent", "a1", "create", "ws", "--image", "busybox:1.36"]);
+    let (cookie, csrf) = super::sign_in(&control_plane).await;
+    let page_url = format!("{}/agents/a1", control_plane.url);
+    let page = http().get(&page_url).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["referrer-policy"], "same-origin");
+
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let page = http().get(&page_url).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER, "an ended session is sent to sign in");
+    assert_eq!(page.headers()["location"], "/sign-in?next=/agents/a1");
+    let stop = http()
+        .post(format!("{page_url}/workspaces/ws/stop"))
+        .header("origin", &control_plane.url)
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stop.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(super::desired(&control_plane), "Running", "the old cookie changed nothing");
+}
+
+/// Past `--max-connections`, a connection waits in the kernel's backlog unserved, and is
+/// served once one of the open ones closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_past_the_limit_wait_their_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("control-plane.log");
+    let limits = ["--max-connections", "2", "--header-timeout", "30s"];
+    let control_plane = ControlPlaneProcess::start(&sqlite(&dir), log, &limits);
+    let address = control_plane.url.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let healthz = format!("{}/healthz", control_plane.url);
+    assert!(!support::http_ok(&healthz), "a third connection is not served while two are open");
+    drop(held);
+    let started = Instant::now();
+    while !support::http_ok(&healthz) {
+        assert!(started.elapsed() < Duration::from_secs(5), "served once the others closed");
+    }
+}

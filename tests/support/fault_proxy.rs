@@ -1,8 +1,8 @@
 //! A fault-injecting HTTP proxy for the fault suite: the agent talks plain HTTP to it, and it
 //! forwards to an upstream (the apiserver over TLS, or a control plane), streaming bodies
 //! both ways so that watches work. Each request is matched against the armed faults, in
-//! order; a fault fires a set number of times: an error status, a delay (before or after the
-//! upstream answered), or a reset mid-body.
+//! order; a fault fires a set number of times: an error status, a garbage answer, a hang that
+//! never asks upstream, a delay after the upstream answered, or a reset mid-body.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -16,6 +16,10 @@ use std::time::Duration;
 pub enum Fault {
     /// Answer this status without asking upstream.
     Status(u16),
+    /// Answer 201 with a body that is not JSON, without asking upstream.
+    Garbage,
+    /// Ask nobody and answer nothing for this long (past the client's timeout), then 504.
+    Hang(Duration),
     /// Forward, then hold the answer this long: the upstream has done the work.
     DelayAnswer(Duration),
     /// Forward, send the head and the first bytes, then cut the connection.
@@ -103,6 +107,16 @@ async fn forward(State(inner): State<Arc<Inner>>, request: Request) -> Response 
             status.as_u16()
         );
         return (status, [("content-type", "application/json"), ("retry-after", "1")], body).into_response();
+    }
+    match fault {
+        Some(Fault::Garbage) => {
+            return (StatusCode::CREATED, [("content-type", "application/json")], "<html>not json").into_response();
+        }
+        Some(Fault::Hang(duration)) => {
+            tokio::time::sleep(duration).await;
+            return StatusCode::GATEWAY_TIMEOUT.into_response();
+        }
+        _ => {}
     }
     let headers = request.headers().clone();
     let body = match axum::body::to_bytes(request.into_body(), 64 * 1024 * 1024).await {
