@@ -233,13 +233,14 @@ up() {
   log "ready: export KUBECONFIG=$STATE_DIR/admin.kubeconfig"
 }
 
+# resourcequota keeps quotas' usage, which ResourceQuota admission needs to refuse a Pod.
 # The default client rate (20 QPS) needs minutes to write the status of the benchmark's 10,000
 # Deployments and to delete its namespaces; a real cluster's controllers keep up far better.
 start_controller_manager() {
   pid_alive "$STATE_DIR/kcm.pid" && return
   local pki=$STATE_DIR/pki
   "$BIN/kube-controller-manager" --kubeconfig="$STATE_DIR/admin.kubeconfig" \
-    --controllers=namespace,garbagecollector,deployment,replicaset,serviceaccount,serviceaccount-token,pvc-protection,pv-protection \
+    --controllers=namespace,garbagecollector,deployment,replicaset,serviceaccount,serviceaccount-token,pvc-protection,pv-protection,resourcequota \
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --leader-elect=false --secure-port=0 --port=0 \
     --kube-api-qps=300 --kube-api-burst=600 --concurrent-deployment-syncs=10 --concurrent-namespace-syncs=20 \

@@ -8,6 +8,7 @@ use std::fmt;
 
 mod deployment_info;
 pub mod inventory;
+pub mod workload;
 pub use deployment_info::{DeploymentFacts, DeploymentInfo};
 
 /// Default path of the reconcile endpoint, below the control-plane URL.

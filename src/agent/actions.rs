@@ -6,10 +6,11 @@
 
 use super::context::Context;
 use super::error::ApplyError;
-use super::metrics::ResultLabel;
+use super::metrics::{ReasonLabel, ResultLabel};
 use super::sync::backoff::Backoff;
 use super::sync::cycle::WorkspaceAction;
 use super::sync::error_tracker::{ApplyVersion, FollowUp, Recorded};
+use super::sync::workload::WorkloadFailure;
 use super::sync::workspace::WorkspaceKey;
 use crate::runtime::LockExt;
 use futures::StreamExt;
@@ -190,6 +191,30 @@ pub async fn report_stuck_terminations(ctx: &Context, keys: Vec<WorkspaceKey>) {
     }
 }
 
+/// Workload failures the cycle's observations found begun or ended. A new one is written to
+/// the ledger at once, counted and emitted as an Event on the Deployment; an ended one makes
+/// the control plane hear of the workspace again, without the error.
+pub async fn report_workload_changes(ctx: &Context, changed: Vec<(WorkspaceKey, Recorded, Option<WorkloadFailure>)>) {
+    let began = changed.iter().any(|(_, recorded, _)| *recorded == Recorded::Failed);
+    if began {
+        ctx.persist_logged().await;
+    }
+    for (key, recorded, failure) in changed {
+        match (recorded, failure) {
+            (Recorded::Failed, Some(failure)) => {
+                tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), reason = %failure.reason, message = %failure.message, "a workspace's workload is failing");
+                let reason = ReasonLabel { reason: failure.reason.as_str().into() };
+                ctx.metrics.workspace_failures.get_or_create(&reason).inc();
+                warn(ctx, &key, "WorkspaceFailing", "Observe", &failure.message).await;
+            }
+            _ => {
+                tracing::info!(workspace = %key.name(), namespace = %key.namespace(), "a workspace's workload failure ended");
+                report_again(ctx, &key);
+            }
+        }
+    }
+}
+
 /// A failure no apply's version covers (a termination, a pull secret copy): pending at once.
 fn fail_now(ctx: &Context, key: &WorkspaceKey, error: &ApplyError, action: &str) {
     tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), message = %error, "{action} failed");
@@ -218,14 +243,17 @@ async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failur
             ctx.persist_logged().await;
             warn(ctx, key, "ApplyFailed", "Apply", failure.unwrap_or_default()).await;
         }
-        // A Deployment not in the index yet is reported when the watch brings it.
-        FollowUp::ReportAgain => {
-            if ctx.index.lock().contains(key) {
-                ctx.state().ledger.report_again(key);
-                ctx.index.lock().mark_dirty(key);
-                ctx.index.notify();
-            }
-        }
+        FollowUp::ReportAgain => report_again(ctx, key),
         FollowUp::Nothing => {}
+    }
+}
+
+/// The control plane may still show an error that no longer holds: report the workspace again.
+/// A Deployment not in the index yet is reported when the watch brings it.
+fn report_again(ctx: &Context, key: &WorkspaceKey) {
+    if ctx.index.lock().contains(key) {
+        ctx.state().ledger.report_again(key);
+        ctx.index.lock().mark_dirty(key);
+        ctx.index.notify();
     }
 }

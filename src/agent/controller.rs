@@ -112,6 +112,8 @@ async fn run_cycle(
         reread_workspaces(ctx, to_reread).await;
         dirty = ctx.index.lock().dirty();
     }
+    let workload_changes = cycle::observe_workloads(&dirty, &mut ctx.state().ledger, Timestamp::now());
+    actions::report_workload_changes(ctx, workload_changes).await;
     let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
     drop(dirty);
     let sent = plan.request.workspace_agent_infos.len();

@@ -32,6 +32,11 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
     pub status: String,
 }
@@ -55,6 +60,8 @@ pub struct Metrics {
     pub last_start: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     pub leader: Gauge,
     pub terminations_stuck: Gauge,
+    /// Workload failures that began, by reason (`protocol::workload`).
+    pub workspace_failures: Family<ReasonLabel, Counter>,
     registry: Registry,
     crd_present: AtomicBool,
     leading_cycle_done: AtomicBool,
@@ -74,6 +81,12 @@ impl Metrics {
         let last_start = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let leader = Gauge::default();
         let terminations_stuck = Gauge::default();
+        let workspace_failures = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "workspace_failures",
+            "Workspace workload failures that began, by reason",
+            workspace_failures.clone(),
+        );
         registry.register(
             "terminations_stuck",
             "Workspace terminations running past --termination-timeout",
@@ -117,6 +130,7 @@ impl Metrics {
             last_start,
             leader,
             terminations_stuck,
+            workspace_failures,
             registry,
             crd_present: AtomicBool::new(false),
             leading_cycle_done: AtomicBool::new(false),

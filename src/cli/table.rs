@@ -43,6 +43,9 @@ pub fn table(workspaces: &[Workspace], now: i64) -> String {
         out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
         if let Some(error) = &workspace.error {
             out += &format!("  └ {} error: {}\n", printable(&error.error_type), printable(&error.message));
+            if let Some(hint) = error.hint() {
+                out += &format!("    what to do: {hint}\n");
+            }
         }
     }
     out

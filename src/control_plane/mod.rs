@@ -6,6 +6,7 @@ pub mod agents_api;
 pub mod api;
 pub mod config_builder;
 pub mod error;
+pub mod hints;
 pub mod model;
 pub mod page;
 pub mod pipeline;

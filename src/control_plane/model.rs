@@ -36,6 +36,13 @@ pub struct Workspace {
     pub owner: Option<String>,
 }
 
+impl WorkspaceError {
+    /// What to do about it, when the table in `hints` knows.
+    pub fn hint(&self) -> Option<&'static str> {
+        super::hints::hint(&self.error_type, &self.message)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkspaceError {
     pub error_type: String,

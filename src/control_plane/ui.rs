@@ -144,8 +144,10 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
                 } else {
                     String::new()
                 };
+                let hint =
+                    e.hint().map(|h| format!("<p class=\"hint\">What to do: {}</p>", escape(h))).unwrap_or_default();
                 format!(
-                    "<div class=\"error\"><strong>{} error</strong> (first seen {}, last seen {})<pre>{}</pre>{stale}</div>",
+                    "<div class=\"error\"><strong>{} error</strong> (first seen {}, last seen {})<pre>{}</pre>{hint}{stale}</div>",
                     escape(&e.error_type),
                     ago(now, Some(e.first_seen)),
                     ago(now, Some(e.last_seen)),

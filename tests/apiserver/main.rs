@@ -9,6 +9,7 @@ mod support;
 
 mod applier;
 mod end_to_end;
+mod fault_control_plane;
 mod fault_kills;
 mod fault_suite;
 mod faults;
@@ -21,3 +22,4 @@ mod rbac;
 mod resync;
 mod shared_namespace;
 mod sync_core;
+mod workload_failures;

@@ -131,13 +131,18 @@ impl AgentProcess {
             .join("\n")
     }
 
-    /// How many cycles of this update type (`full`, `partial`) succeeded, from the agent's
-    /// `/metrics`; 0 while it does not answer.
-    pub fn cycles(&self, update_type: &str) -> usize {
+    /// The agent's `/metrics` text; empty while it does not answer.
+    pub fn metrics(&self) -> String {
         let out = Command::new("curl")
             .args(["-fs", "--max-time", "2", &format!("http://127.0.0.1:{}/metrics", self.metrics_port)])
             .output();
-        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default()
+    }
+
+    /// How many cycles of this update type (`full`, `partial`) succeeded, from the agent's
+    /// `/metrics`; 0 while it does not answer.
+    pub fn cycles(&self, update_type: &str) -> usize {
+        let text = self.metrics();
         let labels = format!("update_type=\"{update_type}\"");
         text.lines()
             .filter(|l| l.starts_with("wsync_sync_cycles_total{") && l.contains(&labels))

@@ -208,7 +208,37 @@ pub fn plan(
         }
         inventory.members.push((member, object));
     }
+    for inventory in inventories.values_mut() {
+        inventory.members.sort_by_key(|(member, _)| apply_rank(&member.kind));
+    }
     Ok(inventories.into_values().collect())
+}
+
+/// The order Helm, kubectl and cli-utils apply kinds in (Helm's install order), not the
+/// config's: what a Pod needs (its ServiceAccount, Secrets, claims, the quota that bounds it)
+/// exists before the workload that creates it. GitLab sends the Deployment first.
+const APPLY_ORDER: &[&str] = &[
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+    "PersistentVolumeClaim",
+    "Service",
+    "Pod",
+    "ReplicaSet",
+    "Deployment",
+    "StatefulSet",
+    "Job",
+    "CronJob",
+    "Ingress",
+];
+
+/// Where a kind goes in [`APPLY_ORDER`]; kinds it does not name go last, in the config's order.
+fn apply_rank(kind: &str) -> usize {
+    APPLY_ORDER.iter().position(|k| *k == kind).unwrap_or(APPLY_ORDER.len())
 }
 
 /// The members a live inventory lists that its apply may keep, and so prune: those in its

@@ -4,8 +4,9 @@
 //! and the work to do in the cluster.
 
 use super::answer::Answer;
-use super::error_tracker::ApplyVersion;
+use super::error_tracker::{ApplyVersion, Recorded};
 use super::ledger::Ledger;
+use super::workload::WorkloadFailure;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
     ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress,
@@ -35,6 +36,25 @@ pub fn to_reread(dirty: &[Arc<DeploymentProjection>], ledger: &Ledger) -> Vec<Wo
         .filter(|d| d.info().is_none() && !ledger.holds(d.key(), d.resource_version()))
         .map(|d| d.key().clone())
         .collect()
+}
+
+/// Observe what each fresh Deployment's status says of its workload, before the plan reads
+/// the pending errors: the workspaces whose failure began or ended, and what that was.
+pub fn observe_workloads(
+    dirty: &[Arc<DeploymentProjection>],
+    ledger: &mut Ledger,
+    now: jiff::Timestamp,
+) -> Vec<(WorkspaceKey, Recorded, Option<WorkloadFailure>)> {
+    let mut changed = Vec::new();
+    for deployment in dirty.iter().filter(|d| d.info().is_some()) {
+        let failure = deployment.failure();
+        let seen = failure.map(|f| (f.reason, &*f.message));
+        let recorded = ledger.errors_mut().observe_workload(deployment.key(), seen, now);
+        if matches!(recorded, Recorded::Failed | Recorded::Recovered) {
+            changed.push((deployment.key().clone(), recorded, failure.cloned()));
+        }
+    }
+    changed
 }
 
 /// Build the infos: every changed Deployment the control plane has not acknowledged, every
@@ -82,6 +102,16 @@ pub fn plan(
         entry(&mut infos, key).error_details =
             Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
         sent_errors.push((key.clone(), version));
+    }
+    // A workload failure that still holds goes with every report of its workspace, so that
+    // a report without error_details never clears it on the control plane.
+    // A terminating workspace's Pods are going anyway.
+    let unexplained = |info: &WorkspaceAgentInfo| info.error_details.is_none() && info.termination_progress.is_none();
+    for (key, info) in infos.iter_mut().filter(|(_, info)| unexplained(info)) {
+        if let Some(failure) = ledger.errors().workload_failure(key) {
+            info.error_details =
+                Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
+        }
     }
     CyclePlan {
         request: ReconcileRequest { update_type, workspace_agent_infos: infos.into_values().collect() },

@@ -8,6 +8,7 @@
 use super::workspace::WorkspaceKey;
 use crate::agent::error::ApplyError;
 use crate::protocol::ErrorType;
+use crate::protocol::workload::FailureReason;
 use jiff::Timestamp;
 use std::collections::HashMap;
 use std::fmt;
@@ -44,6 +45,9 @@ pub struct Failure {
     pub first_seen: Timestamp,
     /// Retrying cannot heal it (not kept in the status: a restored error retries normally).
     pub lasting: bool,
+    /// Not an apply's: the workload's own failure (`sync::workload`), which ends when the
+    /// workspace's Deployment says so. Read back from the message on a restore.
+    pub workload: Option<FailureReason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +65,16 @@ enum Tracked {
     /// reported without one: the next success must be reported. Kept in memory only; a
     /// restart's full cycle reports every workspace anyway.
     Shown,
+}
+
+/// A workload failure (`sync::workload`), tracked beside the apply's: an apply's success does
+/// not end it, only the workload's own state does. Reported once per reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WorkloadEntry {
+    version: ApplyVersion,
+    failure: Failure,
+    /// The control plane acknowledged it.
+    shown: bool,
 }
 
 #[cfg(test)]
@@ -123,13 +137,14 @@ impl Recorded {
 #[derive(Debug, Clone, Default)]
 pub struct ErrorTracker {
     entries: HashMap<WorkspaceKey, Tracked>,
+    workloads: HashMap<WorkspaceKey, WorkloadEntry>,
     epoch: u64,
     next_sequence: u64,
 }
 
 impl ErrorTracker {
     pub fn new(epoch: u64) -> Self {
-        Self { entries: HashMap::new(), epoch, next_sequence: 0 }
+        Self { entries: HashMap::new(), workloads: HashMap::new(), epoch, next_sequence: 0 }
     }
 
     pub fn epoch(&self) -> u64 {
@@ -183,6 +198,7 @@ impl ErrorTracker {
                     message: cap_message(&error.message),
                     first_seen: now,
                     lasting: error.lasting,
+                    workload: None,
                 };
                 self.entries.insert(key.clone(), Tracked::Failed { version, failure });
                 Recorded::Failed
@@ -199,26 +215,69 @@ impl ErrorTracker {
             message: cap_message(&error.message),
             first_seen: now,
             lasting: error.lasting,
+            workload: None,
         };
         self.entries.insert(key.clone(), Tracked::Failed { version, failure });
     }
 
-    /// Pending failures, in a stable order: what a cycle sends as `error_details`.
+    /// What the workload's state says now: a failure of `reason`, or none. Pending under a
+    /// new version when its reason is new; ended (the control plane must hear of the
+    /// workspace again) when none is seen.
+    pub fn observe_workload(
+        &mut self,
+        key: &WorkspaceKey,
+        seen: Option<(FailureReason, &str)>,
+        now: Timestamp,
+    ) -> Recorded {
+        let current = self.workloads.get(key).and_then(|entry| entry.failure.workload);
+        match (current, seen) {
+            (Some(current), Some((reason, _))) if current == reason => Recorded::StillFailing,
+            (_, Some((reason, message))) => {
+                let version = self.next_version();
+                let failure = Failure {
+                    error_type: ErrorType::Kubernetes,
+                    message: cap_message(message),
+                    first_seen: now,
+                    lasting: false,
+                    workload: Some(reason),
+                };
+                self.workloads.insert(key.clone(), WorkloadEntry { version, failure, shown: false });
+                Recorded::Failed
+            }
+            (Some(_), None) => {
+                self.workloads.remove(key);
+                Recorded::Recovered
+            }
+            (None, None) => Recorded::Healthy,
+        }
+    }
+
+    /// The workload failure that holds for a workspace, acknowledged or not: whenever the
+    /// workspace is reported without an apply's failure, this goes as its error, so that a
+    /// report never clears a failure that still holds.
+    pub fn workload_failure(&self, key: &WorkspaceKey) -> Option<&Failure> {
+        self.workloads.get(key).map(|entry| &entry.failure)
+    }
+
+    /// Pending failures, in a stable order: what a cycle sends as `error_details`. An apply's
+    /// failure takes the one slot before the workload's.
     pub fn pending(&self) -> Vec<(&WorkspaceKey, ApplyVersion, &Failure)> {
-        let mut pending: Vec<_> = self
-            .entries
+        let applies = self.entries.iter().filter_map(|(key, tracked)| match tracked {
+            Tracked::Failed { version, failure } => Some((key, *version, failure)),
+            Tracked::InFlight { .. } | Tracked::Shown => None,
+        });
+        let workloads = self
+            .workloads
             .iter()
-            .filter_map(|(key, tracked)| match tracked {
-                Tracked::Failed { version, failure } => Some((key, *version, failure)),
-                Tracked::InFlight { .. } | Tracked::Shown => None,
-            })
-            .collect();
+            .filter(|(key, entry)| !entry.shown && !matches!(self.entries.get(*key), Some(Tracked::Failed { .. })))
+            .map(|(key, entry)| (key, entry.version, &entry.failure));
+        let mut pending: Vec<_> = applies.chain(workloads).collect();
         pending.sort_by(|a, b| a.0.cmp(b.0));
         pending
     }
 
     pub fn pending_count(&self) -> usize {
-        self.entries.values().filter(|t| matches!(t, Tracked::Failed { .. })).count()
+        self.pending().len()
     }
 
     /// The control plane has seen the failure sent under `version`: it is no longer pending,
@@ -229,7 +288,13 @@ impl ErrorTracker {
                 self.entries.insert(key.clone(), Tracked::Shown);
                 true
             }
-            _ => false,
+            _ => match self.workloads.get_mut(key) {
+                Some(entry) if entry.version == version => {
+                    entry.shown = true;
+                    true
+                }
+                _ => false,
+            },
         }
     }
 
@@ -272,8 +337,13 @@ impl ErrorTracker {
                     return Recorded::StillFailing;
                 }
                 let version = self.next_version();
-                let failure =
-                    Failure { error_type: error.error_type, message, first_seen: now, lasting: error.lasting };
+                let failure = Failure {
+                    error_type: error.error_type,
+                    message,
+                    first_seen: now,
+                    lasting: error.lasting,
+                    workload: None,
+                };
                 self.entries.insert(key.clone(), Tracked::Failed { version, failure });
                 Recorded::Failed
             }
@@ -291,17 +361,23 @@ impl ErrorTracker {
 
     pub fn forget(&mut self, key: &WorkspaceKey) {
         self.entries.remove(key);
+        self.workloads.remove(key);
     }
 
     /// Keep only the workspaces `known` still answers for.
     pub fn retain(&mut self, mut known: impl FnMut(&WorkspaceKey) -> bool) {
         self.entries.retain(|key, _| known(key));
+        self.workloads.retain(|key, _| known(key));
     }
 
     /// Load a failure from the ledger. Restored versions keep their old epoch, so any new
     /// apply (under the new epoch) supersedes them.
     pub fn restore(&mut self, key: WorkspaceKey, version: ApplyVersion, failure: Failure) {
-        self.entries.insert(key, Tracked::Failed { version, failure });
+        if failure.workload.is_some() {
+            self.workloads.insert(key, WorkloadEntry { version, failure, shown: false });
+        } else {
+            self.entries.insert(key, Tracked::Failed { version, failure });
+        }
     }
 
     #[cfg(test)]

@@ -9,7 +9,8 @@ use crate::crd::{
     CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED,
     CONDITION_TERMINATION_STUCK, PendingErrorRecord, WorkspaceSyncStatusStatus,
 };
-use crate::protocol::{Settings, TerminationProgress, UpdateType};
+use crate::protocol::workload::FailureReason;
+use crate::protocol::{ErrorType, Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -78,7 +79,15 @@ impl Ledger {
             errors.restore(
                 key,
                 version,
-                Failure { error_type: record.error_type, message, first_seen: record.first_seen.0, lasting: false },
+                Failure {
+                    error_type: record.error_type,
+                    workload: (record.error_type == ErrorType::Kubernetes)
+                        .then(|| FailureReason::of_message(&message))
+                        .flatten(),
+                    message,
+                    first_seen: record.first_seen.0,
+                    lasting: false,
+                },
             );
         }
         let settings =

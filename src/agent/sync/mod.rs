@@ -10,4 +10,5 @@ pub mod index;
 pub mod ledger;
 pub mod outcome;
 pub mod termination_clock;
+pub mod workload;
 pub mod workspace;

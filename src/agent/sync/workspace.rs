@@ -1,5 +1,6 @@
 //! What the agent knows about one workspace's Deployment: a small projection, not the object.
 
+use super::workload::WorkloadFailure;
 use crate::agent::k8s::partial::WorkspaceDeployment;
 use crate::protocol::DeploymentInfo;
 use jiff::Timestamp;
@@ -79,6 +80,8 @@ pub struct DeploymentProjection {
     key: WorkspaceKey,
     resource_version: Box<str>,
     info: Option<DeploymentInfo>,
+    /// What its status says is failing; dropped with the info, since it was observed then.
+    failure: Option<Box<WorkloadFailure>>,
 }
 
 /// The projection's shape, as serialized.
@@ -136,17 +139,25 @@ impl DeploymentProjection {
         let info = DeploymentInfo::of(&projected)
             .inspect_err(|error| tracing::warn!(%error, "a Deployment could not be serialized; skipped"))
             .ok()?;
+        let failure = super::workload::from_status(projected.status.as_ref()).map(Box::new);
         let meta = projected.metadata;
         Some(Self {
             key: WorkspaceKey::new(&meta.namespace, &meta.name),
             resource_version: meta.resource_version.into_boxed_str(),
             info: Some(info),
+            failure,
         })
     }
 
     /// The same version without its info: what the index keeps once it is acknowledged.
     pub fn reported(&self) -> Self {
-        Self { key: self.key.clone(), resource_version: self.resource_version.clone(), info: None }
+        Self { key: self.key.clone(), resource_version: self.resource_version.clone(), info: None, failure: None }
+    }
+
+    /// The workload failure its status shows; meaningful only while the info is held (a
+    /// fresh version the cycle has not yet observed).
+    pub fn failure(&self) -> Option<&WorkloadFailure> {
+        self.failure.as_deref()
     }
 
     pub fn key(&self) -> &WorkspaceKey {

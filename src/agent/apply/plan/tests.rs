@@ -117,3 +117,18 @@ fn protected_namespaces_are_refused() {
     }
     assert!(!policy().protected_namespace("ws-ns"));
 }
+
+#[test]
+fn members_are_applied_in_install_order_not_the_configs() {
+    let stream = format!(
+        "{INVENTORY}{}{}{}{}{}",
+        member("Deployment", "apps/v1", "ws", "ws-ns", Some("ws-inv")),
+        member("Service", "v1", "ws", "ws-ns", Some("ws-inv")),
+        member("ServiceAccount", "v1", "ws", "ws-ns", Some("ws-inv")),
+        member("ResourceQuota", "v1", "ws", "ws-ns", Some("ws-inv")),
+        member("Secret", "v1", "ws-env", "ws-ns", Some("ws-inv")),
+    );
+    let plans = plan(objects(&stream), "ws-ns", &policy(), namespaced).unwrap();
+    let kinds: Vec<&str> = plans[0].members.iter().map(|(m, _)| m.kind.as_str()).collect();
+    assert_eq!(kinds, ["ResourceQuota", "ServiceAccount", "Secret", "Service", "Deployment"]);
+}

@@ -301,3 +301,22 @@ fn a_config_the_apply_in_flight_carries_starts_nothing() {
     assert_eq!(applied, [&WorkspaceKey::new("b", "newer")]);
     assert!(!ledger.errors().in_flight(&same), "no version begun for it, so its pending error still shows");
 }
+
+#[test]
+fn a_workload_failure_goes_with_every_report_until_it_ends_but_never_with_a_termination() {
+    use crate::protocol::workload::FailureReason::QuotaExceeded;
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    let quota = Some((QuotaExceeded, "QuotaExceeded: no room"));
+    ledger.errors_mut().observe_workload(&key, quota, Timestamp::UNIX_EPOCH);
+    let first = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    assert_eq!(first.sent_errors.len(), 1, "pending: sent even with no change to report");
+    ledger.errors_mut().acknowledge(&key, first.sent_errors[0].1);
+    let again = plan(UpdateType::Partial, &[deployment("ns", "ws", "8")], &ledger, &HashSet::new());
+    let details = again.request.workspace_agent_infos[0].error_details.as_ref().expect("still attached");
+    assert_eq!(details.error_message, "QuotaExceeded: no room");
+    assert!(again.sent_errors.is_empty(), "acknowledged: nothing new to acknowledge");
+    ledger.terminations_mut().insert(key.clone(), TerminationProgress::Terminating);
+    let terminating = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
+    assert!(terminating.request.workspace_agent_infos[0].error_details.is_none());
+}

@@ -93,7 +93,13 @@ fn versions_order_across_restarts() {
     after.restore(
         key(),
         old,
-        Failure { error_type: ErrorType::Applier, message: "x".into(), first_seen: now(), lasting: false },
+        Failure {
+            error_type: ErrorType::Applier,
+            message: "x".into(),
+            first_seen: now(),
+            lasting: false,
+            workload: None,
+        },
     );
     let new = after.begin(&key());
     assert!(new > old);
@@ -155,4 +161,46 @@ fn a_newer_apply_supersedes_a_retry() {
     assert_eq!(tracker.retryable(&key()), None, "in flight");
     assert_eq!(tracker.record_retry(&key(), retried.expect("retryable"), Ok(()), now()), Recorded::Stale);
     assert_eq!(tracker.record(&key(), newer, Ok(()), now()), Recorded::Recovered);
+}
+
+#[test]
+fn a_workload_failure_is_reported_once_per_reason_and_ends_with_the_failure() {
+    use crate::protocol::workload::FailureReason::{PodSecurity, QuotaExceeded};
+    let mut tracker = ErrorTracker::new(1);
+    let key = WorkspaceKey::new("ns", "ws");
+    assert_eq!(tracker.observe_workload(&key, None, now()), Recorded::Healthy);
+    let quota = Some((QuotaExceeded, "QuotaExceeded: pods \"ws-1\" is forbidden"));
+    assert_eq!(tracker.observe_workload(&key, quota, now()), Recorded::Failed);
+    let (_, version, failure) = tracker.pending()[0];
+    assert_eq!((failure.error_type, failure.workload), (ErrorType::Kubernetes, Some(QuotaExceeded)));
+    // Another Pod's name, the same reason: nothing new, before or after the acknowledgement.
+    let again = Some((QuotaExceeded, "QuotaExceeded: pods \"ws-2\" is forbidden"));
+    assert_eq!(tracker.observe_workload(&key, again, now()), Recorded::StillFailing);
+    assert!(tracker.acknowledge(&key, version));
+    assert_eq!(tracker.observe_workload(&key, again, now()), Recorded::StillFailing);
+    assert!(tracker.pending().is_empty());
+    assert!(tracker.workload_failure(&key).is_some(), "still attached to any report of the workspace");
+    // A new reason is reported; the failure's end clears it, and the control plane must hear.
+    let refused = Some((PodSecurity, "PodSecurity: violates PodSecurity \"baseline\""));
+    assert_eq!(tracker.observe_workload(&key, refused, now()), Recorded::Failed);
+    assert_eq!(tracker.observe_workload(&key, None, now()), Recorded::Recovered);
+    assert!(tracker.pending().is_empty() && tracker.workload_failure(&key).is_none());
+}
+
+#[test]
+fn an_apply_failure_takes_the_slot_and_an_apply_success_does_not_end_a_workload_failure() {
+    use crate::protocol::workload::FailureReason::QuotaExceeded;
+    let mut tracker = ErrorTracker::new(1);
+    let key = WorkspaceKey::new("ns", "ws");
+    let quota = Some((QuotaExceeded, "QuotaExceeded: no"));
+    assert_eq!(tracker.observe_workload(&key, quota, now()), Recorded::Failed);
+    let version = tracker.begin(&key);
+    tracker.record(&key, version, Err(ApplyError::applier("422")), now());
+    let pending = tracker.pending();
+    assert_eq!((pending.len(), pending[0].2.message.as_str()), (1, "422"), "the apply's failure takes the slot");
+    let version = tracker.begin(&key);
+    assert_eq!(tracker.record(&key, version, Ok(()), now()), Recorded::Recovered);
+    assert_eq!(tracker.pending()[0].2.workload, Some(QuotaExceeded), "the workload's failure still holds");
+    assert_eq!(tracker.observe_workload(&key, quota, now()), Recorded::StillFailing, "and is not reported again");
+    assert!(tracker.workload_failure(&key).is_some());
 }

@@ -1,0 +1,61 @@
+//! A failing workspace says why (#21): a Pod that a ResourceQuota refuses, for real (the
+//! apiserver's ResourceQuota admission and the local cluster's resourcequota controller),
+//! reaches the control plane as a `kubernetes` error within seconds, once, with what to do,
+//! on the page (headless Chromium) and in the CLI; and clears when the failure ends.
+
+use crate::support::system::System;
+use crate::support::*;
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(90);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_the_quota_refuses_is_reported_with_what_to_do_and_cleared_when_it_ends() {
+    let env = env();
+    let system = System::start("wf").await;
+    // The namespace the workspace will get, made first with the agent's label (which the
+    // agent accepts as its own) and a quota whose usage the controller has counted.
+    let namespace = format!("wsync-{}-erin", system.id);
+    let quota = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n  labels:\n    {LABEL_KEY}: {id}\n---\n\
+         apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: small\n  namespace: {namespace}\nspec:\n  hard:\n    requests.cpu: 100m\n",
+        id = system.id
+    );
+    kubectl_apply(env, &quota);
+    eventually("the quota's usage counted", LONG, || {
+        get_field(env, &namespace, "resourcequota/small", "{.status.hard.requests\\.cpu}").filter(|h| !h.is_empty())
+    })
+    .await;
+
+    system.cli(&["create", "erin", "--image", "busybox:1.36", "--cpu", "500m", "--memory", "64Mi"]);
+    let created = Instant::now();
+    let failing = system.wait_actual("erin", "Error").await;
+    let reported_in = created.elapsed();
+    eprintln!("quota refusal reported in {reported_in:?} after the workspace's creation");
+    let error = &failing["error"];
+    assert_eq!(error["error_type"], "kubernetes", "{failing}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("QuotaExceeded: ") && message.contains("exceeded quota: small"), "{message}");
+
+    let shown = system.cli(&["get", "erin"]);
+    assert!(shown.contains("what to do: the agent's resource quota is too small"), "{shown}");
+    let mut browser = browser::Browser::launch();
+    let page = format!("/agents/{}", system.id);
+    browser.sign_in_to(&system.control_plane.url, &system.control_plane.admin_token, &page);
+    let html = browser.html();
+    assert!(html.contains("QuotaExceeded: ") && html.contains("What to do: the agent's resource quota"), "{html}");
+
+    // Once, whatever the ReplicaSet's retries: one log line, one count.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let logs = system.agent.logs();
+    let reported = logs.lines().filter(|l| l.contains("a workspace's workload is failing")).count();
+    assert_eq!(reported, 1, "{logs}");
+    let metrics = system.agent.metrics();
+    assert!(metrics.contains("wsync_workspace_failures_total{reason=\"QuotaExceeded\"} 1"), "{metrics}");
+
+    // Stopped, no Pod is wanted: the failure ends and the control plane hears of it.
+    system.cli(&["stop", "erin"]);
+    let stopped = system.wait_actual("erin", "Stopped").await;
+    assert!(stopped["error"].is_null(), "the error cleared: {stopped}");
+    assert!(system.agent.logs().contains("a workspace's workload failure ended"));
+}
