@@ -156,3 +156,33 @@ async fn the_lifecycle_guard_on_postgres() {
     let (clock, now) = test_clock();
     lifecycle_guard(Store::connect(&url).await.unwrap().with_clock(clock), now).await;
 }
+
+/// Workspaces created while reconciles commit, on SQLite: a creation reads (settings,
+/// quotas) before it writes, and a deferred transaction could not upgrade to a writer once
+/// the reconcile writer committed meanwhile ("database is locked", a 500 at the door).
+#[tokio::test(flavor = "multi_thread")]
+async fn creations_while_reconciles_commit_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&format!("sqlite://{}/busy.db", dir.path().display())).await.unwrap();
+    let token = store.create_agent("busy", &[]).await.unwrap();
+    let agent = store.agent_by_token(&token).await.unwrap().expect("the agent");
+    let config = pipeline(100);
+    let names: Vec<String> = (0..30).map(|i| format!("w-{i}")).collect();
+    for name in &names {
+        let reconciles = (0..3).map(|_| store.reconcile(&agent, full_report("busy", &[]), &config));
+        let new = NewWorkspace {
+            name: name.clone(),
+            image: "busybox:1.36".into(),
+            cpu: None,
+            memory: None,
+            env: Default::default(),
+            owner: None,
+        };
+        let (answers, created) =
+            tokio::join!(futures::future::join_all(reconciles), store.create_workspace("busy", &new));
+        created.unwrap_or_else(|e| panic!("creating {name} while reconciles commit: {e}"));
+        for answer in answers {
+            answer.expect("a reconcile");
+        }
+    }
+}

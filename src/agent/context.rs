@@ -8,6 +8,7 @@ use super::k8s::Cluster;
 use super::metrics::Metrics;
 use super::sync::index::SharedIndex;
 use super::sync::ledger::{Ledger, RenderKey};
+use super::sync::pod_failures::PodFailures;
 use crate::crd::{CONDITION_LEDGER_TRUNCATED, WorkspaceSyncStatusStatus};
 use crate::runtime::LockExt;
 use jiff::Timestamp;
@@ -42,6 +43,8 @@ pub struct SyncState {
     pub prerequisites: Option<crate::protocol::Prerequisites>,
     pub consecutive_failures: u32,
     pub termination_clock: super::sync::termination_clock::TerminationClock,
+    /// When a cycle last looked for Pod failures whose grace ended.
+    pub pods_checked_at: Timestamp,
 }
 
 /// The status as last written: its serialized bytes, compared exactly before the next write
@@ -87,6 +90,8 @@ pub struct Context {
     pub intents: super::intents::Intents,
     pub applies: Mutex<JoinSet<()>>,
     pub cycles: AtomicU64,
+    /// The failing Pods of the workspaces, kept by the Pod watch.
+    pub pod_failures: Arc<Mutex<PodFailures>>,
 }
 
 /// The parts a term is built from.
@@ -120,7 +125,9 @@ impl Context {
                 prerequisites: None,
                 consecutive_failures: 0,
                 termination_clock: Default::default(),
+                pods_checked_at: Timestamp::now(),
             }),
+            pod_failures: Default::default(),
             written: tokio::sync::Mutex::new(Written::of(written)),
             last_cycle_start: tokio::sync::Mutex::new(None),
             applies: Mutex::new(JoinSet::new()),

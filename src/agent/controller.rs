@@ -106,13 +106,21 @@ async fn run_cycle(
         ctx.applier.forget_all_copies();
     }
     let namespace_gone = terminated_namespaces(ctx).await;
+    let now = Timestamp::now();
+    // A Pod failure whose grace ended since the last cycle is observed again now.
+    let since = std::mem::replace(&mut ctx.state().pods_checked_at, now);
+    let due = ctx.pod_failures.lock_unpoisoned().counting_since(since, now);
+    for key in &due {
+        ctx.index.lock().mark_dirty(key);
+    }
     let mut dirty = ctx.index.lock().dirty();
     let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
     if !to_reread.is_empty() {
         reread_workspaces(ctx, to_reread).await;
         dirty = ctx.index.lock().dirty();
     }
-    let workload_changes = cycle::observe_workloads(&dirty, &mut ctx.state().ledger, Timestamp::now());
+    let pods = ctx.pod_failures.lock_unpoisoned().clone();
+    let workload_changes = cycle::observe_workloads(&dirty, &pods, &mut ctx.state().ledger, now);
     actions::report_workload_changes(ctx, workload_changes).await;
     let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
     drop(dirty);

@@ -92,6 +92,11 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_TERMINATION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     pub termination_timeout: Duration,
 
+    /// How long a workspace's Pod may wait for a node before that is reported: an autoscaler
+    /// may be adding one.
+    #[arg(long, env = "WSYNC_UNSCHEDULABLE_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub unschedulable_grace: Duration,
+
     /// Read namespaces and inventories from watched caches (needs list/watch on namespaces
     /// and configmaps); `false` reads them with one GET per apply instead.
     #[arg(long, env = "WSYNC_APPLY_CACHE", default_value_t = true, action = clap::ArgAction::Set)]
@@ -343,6 +348,12 @@ async fn lead(
     let watcher = tokio::spawn(async move { watch_ctx.cluster.watch_workspaces(index).await });
     let cache_ctx = ctx.clone();
     let cache_watcher = tokio::spawn(async move { cache_ctx.applier.watch_caches().await });
+    let pods_ctx = ctx.clone();
+    let grace = jiff::SignedDuration::try_from(args.unschedulable_grace).unwrap_or(jiff::SignedDuration::MAX);
+    let pod_watcher = tokio::spawn(async move {
+        let (failures, index) = (pods_ctx.pod_failures.clone(), pods_ctx.index.clone());
+        pods_ctx.cluster.watch_pods(failures, index, grace).await
+    });
     let crd_watcher = tokio::spawn(controller::watch_crd(ctx.clone()));
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
@@ -360,6 +371,7 @@ async fn lead(
     }
     watcher.abort();
     cache_watcher.abort();
+    pod_watcher.abort();
     crd_watcher.abort();
     Ok(())
 }

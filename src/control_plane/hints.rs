@@ -10,6 +10,21 @@ pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {
         && let Some(reason) = FailureReason::of_message(message)
     {
         return Some(match reason {
+            FailureReason::ImagePull => {
+                "check the image name and tag, and that the agent's pull secrets reach its registry"
+            }
+            FailureReason::CrashLoop if message.contains("OOMKilled") => {
+                "the workspace ran out of memory: raise its memory limit"
+            }
+            FailureReason::CrashLoop => {
+                "the workspace's container keeps exiting: check its image's command and the exit code"
+            }
+            FailureReason::ContainerConfig => {
+                "the container names a Secret, ConfigMap or key that is not there: check the workspace's variables"
+            }
+            FailureReason::Unschedulable => {
+                "no node can take the workspace: ask for less cpu and memory, or have the operator add capacity"
+            }
             FailureReason::QuotaExceeded => {
                 "the agent's resource quota is too small for this workspace: ask for less cpu and memory, or \
                  have the operator raise max_resources_per_workspace"

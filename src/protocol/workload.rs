@@ -7,6 +7,14 @@ use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FailureReason {
+    /// The kubelet backs off pulling an image.
+    ImagePull,
+    /// A container keeps exiting and the kubelet backs off restarting it.
+    CrashLoop,
+    /// A container's config names what is not there (a Secret, a key).
+    ContainerConfig,
+    /// No node takes the Pod, past the agent's grace.
+    Unschedulable,
     /// A ResourceQuota refused the Pod.
     QuotaExceeded,
     /// Pod Security admission refused the Pod.
@@ -16,10 +24,22 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 3] = [Self::QuotaExceeded, Self::PodSecurity, Self::FailedCreate];
+    pub const ALL: [FailureReason; 7] = [
+        Self::ImagePull,
+        Self::CrashLoop,
+        Self::ContainerConfig,
+        Self::Unschedulable,
+        Self::QuotaExceeded,
+        Self::PodSecurity,
+        Self::FailedCreate,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::ImagePull => "ImagePull",
+            Self::CrashLoop => "CrashLoop",
+            Self::ContainerConfig => "ContainerConfig",
+            Self::Unschedulable => "Unschedulable",
             Self::QuotaExceeded => "QuotaExceeded",
             Self::PodSecurity => "PodSecurity",
             Self::FailedCreate => "FailedCreate",

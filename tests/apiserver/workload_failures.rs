@@ -59,3 +59,46 @@ async fn a_pod_the_quota_refuses_is_reported_with_what_to_do_and_cleared_when_it
     assert!(stopped["error"].is_null(), "the error cleared: {stopped}");
     assert!(system.agent.logs().contains("a workspace's workload failure ended"));
 }
+
+/// The Pod watch: each kind of failure a kubelet or scheduler shows is reported with its
+/// reason and words; one that ends clears; one that ends before the kubelet backs off
+/// reports nothing. The kubelet stand-in writes the statuses (tests/support/kubelet.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_failures_are_reported_by_reason_and_a_passing_one_reports_nothing() {
+    let system = System::start_configured("wp", &[], &["--unschedulable-grace", "2s"]).await;
+    let workspaces = [
+        ("pull", "standin/image-pull-backoff"),
+        ("oom", "standin/oomkilled"),
+        ("config", "standin/config-error"),
+        ("pending", "standin/unschedulable"),
+        ("late", "standin/pull-recovers"),
+        ("flaky", "standin/first-pull-fails"),
+    ];
+    for (name, image) in workspaces {
+        system.cli(&["create", name, "--image", image]);
+    }
+    for (name, reason, said) in [
+        ("pull", "ImagePull: ", "Back-off pulling image \"standin/image-pull-backoff\""),
+        ("oom", "CrashLoop: ", "container \"workspace\" OOMKilled (exit 137), restarted 4 times"),
+        ("config", "ContainerConfig: ", "secret \"missing\" not found"),
+        ("pending", "Unschedulable: ", "Insufficient cpu"),
+    ] {
+        let failing = system.wait_actual(name, "Error").await;
+        let message = failing["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(reason) && message.contains(said), "{name}: {message}");
+        assert_eq!(failing["error"]["error_type"], "kubernetes");
+    }
+    let shown = system.cli(&["get", "oom"]);
+    assert!(shown.contains("what to do: the workspace ran out of memory"), "{shown}");
+
+    let recovered = system.wait_actual("late", "Running").await;
+    assert!(recovered["error"].is_null(), "{recovered}");
+    system.wait_actual("flaky", "Running").await;
+    let logs = system.agent.logs();
+    let said = |what: &str, name: &str| {
+        logs.lines().filter(|l| l.contains(what) && l.contains(&format!("workspace={name} "))).count()
+    };
+    assert_eq!(said("workload is failing", "late"), 1, "reported once, then cleared:\n{logs}");
+    assert_eq!(said("workload failure ended", "late"), 1, "{logs}");
+    assert_eq!(said("workload is failing", "flaky"), 0, "a first ErrImagePull is no failure yet:\n{logs}");
+}

@@ -4,6 +4,7 @@
 pub mod events;
 pub mod ledger_object;
 pub mod partial;
+pub mod pods;
 pub mod watch;
 pub mod workspaces;
 

@@ -6,8 +6,8 @@
 //! the allocator kept the peak resident afterwards.
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
@@ -25,6 +25,7 @@ struct MetadataRead {
     annotations: Option<BTreeMap<String, String>>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
+    owner_references: Option<Vec<OwnerReference>>,
 }
 
 fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
@@ -39,6 +40,7 @@ fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(deserializer: D) -
         annotations: read.annotations,
         creation_timestamp: read.creation_timestamp,
         deletion_timestamp: read.deletion_timestamp,
+        owner_references: read.owner_references,
         ..Default::default()
     })
 }
@@ -98,6 +100,17 @@ pub struct WorkspaceNamespace {
 }
 
 reads_as!(WorkspaceNamespace, Namespace, k8s_openapi::ClusterResourceScope);
+
+/// A workspace's Pod: its metadata (owner and labels) and status; the spec stays behind.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WorkspacePod {
+    #[serde(default, deserialize_with = "metadata_without_managed_fields")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: Option<PodStatus>,
+}
+
+reads_as!(WorkspacePod, Pod, k8s_openapi::NamespaceResourceScope);
 
 /// An inventory ConfigMap: its metadata and data (the member list).
 #[derive(Clone, Debug, Default, Deserialize)]

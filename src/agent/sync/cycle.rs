@@ -6,6 +6,7 @@
 use super::answer::Answer;
 use super::error_tracker::{ApplyVersion, Recorded};
 use super::ledger::Ledger;
+use super::pod_failures::PodFailures;
 use super::workload::WorkloadFailure;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
@@ -38,16 +39,18 @@ pub fn to_reread(dirty: &[Arc<DeploymentProjection>], ledger: &Ledger) -> Vec<Wo
         .collect()
 }
 
-/// Observe what each fresh Deployment's status says of its workload, before the plan reads
-/// the pending errors: the workspaces whose failure began or ended, and what that was.
+/// Observe what each dirty workspace's Deployment and Pods say of its workload, before the
+/// plan reads the pending errors: the workspaces whose failure began or ended, and what that
+/// was. A Pod's change or an ended grace marks its workspace dirty.
 pub fn observe_workloads(
     dirty: &[Arc<DeploymentProjection>],
+    pods: &PodFailures,
     ledger: &mut Ledger,
     now: jiff::Timestamp,
 ) -> Vec<(WorkspaceKey, Recorded, Option<WorkloadFailure>)> {
     let mut changed = Vec::new();
-    for deployment in dirty.iter().filter(|d| d.info().is_some()) {
-        let failure = deployment.failure();
+    for deployment in dirty {
+        let failure = deployment.failure().or_else(|| pods.of(deployment.key(), now));
         let seen = failure.map(|f| (f.reason, &*f.message));
         let recorded = ledger.errors_mut().observe_workload(deployment.key(), seen, now);
         if matches!(recorded, Recorded::Failed | Recorded::Recovered) {

@@ -9,6 +9,7 @@ pub mod error_tracker;
 pub mod index;
 pub mod ledger;
 pub mod outcome;
+pub mod pod_failures;
 pub mod termination_clock;
 pub mod workload;
 pub mod workspace;

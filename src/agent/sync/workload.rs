@@ -1,8 +1,7 @@
-//! Why a workspace's workload is failing, read from its Deployment (issue #21): the
-//! `ReplicaFailure` condition, which the deployment controller copies from the ReplicaSet
-//! when a Pod cannot be created (a ResourceQuota, Pod Security admission, anything else).
-//! Reported as a `kubernetes` error whose message starts with the reason
-//! (`protocol::workload`).
+//! Why a workspace's workload is failing (issue #21), read from its Deployment: the
+//! `ReplicaFailure` condition, which the deployment controller copies from the ReplicaSet when
+//! a Pod cannot be created. `pod_failures` reads the Pods. Either is reported as a
+//! `kubernetes` error whose message starts with the reason (`protocol::workload`).
 
 use crate::protocol::workload::FailureReason;
 use k8s_openapi::api::apps::v1::DeploymentStatus;
@@ -29,11 +28,14 @@ pub fn from_status(status: Option<&DeploymentStatus>) -> Option<WorkloadFailure>
     } else {
         FailureReason::FailedCreate
     };
-    let detail = crate::protocol::cap_message_to(detail, MAX_DETAIL_BYTES);
-    Some(WorkloadFailure {
-        reason,
-        message: format!("{reason}: the workspace's Pod could not be created: {detail}").into(),
-    })
+    Some(WorkloadFailure::new(reason, &format!("the workspace's Pod could not be created: {detail}")))
+}
+
+impl WorkloadFailure {
+    pub fn new(reason: FailureReason, detail: &str) -> Self {
+        let detail = crate::protocol::cap_message_to(detail, MAX_DETAIL_BYTES);
+        Self { reason, message: format!("{reason}: {detail}").into() }
+    }
 }
 
 #[cfg(test)]

@@ -80,7 +80,8 @@ pub struct DeploymentProjection {
     key: WorkspaceKey,
     resource_version: Box<str>,
     info: Option<DeploymentInfo>,
-    /// What its status says is failing; dropped with the info, since it was observed then.
+    /// What its status says is failing; kept when the info is dropped (a box, only while
+    /// failing), so that a Pod's change can be observed beside it.
     failure: Option<Box<WorkloadFailure>>,
 }
 
@@ -151,11 +152,15 @@ impl DeploymentProjection {
 
     /// The same version without its info: what the index keeps once it is acknowledged.
     pub fn reported(&self) -> Self {
-        Self { key: self.key.clone(), resource_version: self.resource_version.clone(), info: None, failure: None }
+        Self {
+            key: self.key.clone(),
+            resource_version: self.resource_version.clone(),
+            info: None,
+            failure: self.failure.clone(),
+        }
     }
 
-    /// The workload failure its status shows; meaningful only while the info is held (a
-    /// fresh version the cycle has not yet observed).
+    /// The workload failure its status shows.
     pub fn failure(&self) -> Option<&WorkloadFailure> {
         self.failure.as_deref()
     }

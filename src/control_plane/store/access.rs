@@ -131,6 +131,17 @@ impl Store {
     /// On PostgreSQL, take the agent's row lock in `tx`, the lock a reconcile holds: a write
     /// to its workspaces then never interleaves with a reconcile that would write back what it
     /// read before. SQLite has one writer at a time and needs none.
+    /// A transaction that will write. On SQLite it takes the write lock at BEGIN (IMMEDIATE):
+    /// a deferred one that read first could not upgrade once the reconcile writer committed
+    /// meanwhile, and SQLite answers that at once with "database is locked", whatever the
+    /// busy timeout.
+    pub(super) async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, sqlx::Any>> {
+        Ok(match self.backend {
+            Backend::Sqlite(_) => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
     pub(super) async fn lock_agent(&self, tx: &mut sqlx::Transaction<'_, sqlx::Any>, id: &str) -> StoreResult<()> {
         if matches!(self.backend, Backend::Postgres) {
             sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(id).execute(&mut **tx).await?;

@@ -160,7 +160,7 @@ impl Store {
         let now = self.clock.now();
         let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         // Under the agent's lock, so that two creations cannot both take the last place.
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, agent_id).await?;
         let (config, _) = settings::read_settings(&mut tx, agent_id)
             .await?
@@ -241,7 +241,7 @@ impl Store {
         name: &str,
         desired: DesiredState,
     ) -> StoreResult<Option<Workspace>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, agent_id).await?;
         let updated = sqlx::query(
             "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 \

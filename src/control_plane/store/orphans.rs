@@ -55,7 +55,7 @@ impl Store {
         name: &str,
         fate: OrphanFate,
     ) -> StoreResult<Option<Workspace>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, agent_id).await?;
         let found = sqlx::query(
             "DELETE FROM orphans WHERE agent_id = $1 AND namespace = $2 AND name = $3 \

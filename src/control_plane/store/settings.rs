@@ -71,7 +71,7 @@ impl Store {
     /// namespace it was created in. False when there is no such agent.
     pub async fn set_agent_config(&self, id: &str, config: &AgentConfig) -> StoreResult<bool> {
         let json = serde_json::to_string(config).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, id).await?;
         let Some((current, secrets)) = read_settings(&mut tx, id).await? else { return Ok(false) };
         config.check_pull_secrets(&secrets).map_err(StoreError::Conflict)?;
@@ -97,7 +97,7 @@ impl Store {
     /// Returns false when there is no such agent.
     pub async fn set_image_pull_secrets(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<bool> {
         let secrets = serde_json::to_string(image_pull_secrets).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, id).await?;
         let Some((config, _)) = read_settings(&mut tx, id).await? else { return Ok(false) };
         config.check_pull_secrets(image_pull_secrets).map_err(StoreError::Conflict)?;

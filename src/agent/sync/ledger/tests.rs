@@ -112,3 +112,20 @@ fn unchanged_ledger_renders_identically() {
     let second = ledger.to_status(0, &first.conditions, at(50));
     assert_eq!(first, second);
 }
+
+#[test]
+fn an_unacknowledged_workload_failure_survives_a_restart_as_the_workloads() {
+    use crate::protocol::workload::FailureReason::ImagePull;
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    let pull = Some((ImagePull, "ImagePull: image \"nope\" could not be pulled"));
+    ledger.errors_mut().observe_workload(&key, pull, at(0));
+    let status = ledger.to_status(1, &[], at(0));
+    let mut restored = Ledger::restore(Some(&status));
+    let pending = restored.errors.pending();
+    assert_eq!(pending.len(), 1, "still pending after the restart");
+    assert_eq!(pending[0].2.workload, Some(ImagePull));
+    use crate::agent::sync::error_tracker::Recorded;
+    assert_eq!(restored.errors_mut().observe_workload(&key, pull, at(1)), Recorded::StillFailing, "not twice");
+    assert_eq!(restored.errors_mut().observe_workload(&key, None, at(2)), Recorded::Recovered, "and it can end");
+}

@@ -1,0 +1,91 @@
+use super::*;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodCondition,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+fn key() -> WorkspaceKey {
+    WorkspaceKey::new("ns", "ws")
+}
+
+fn waiting(reason: &str, message: &str) -> PodStatus {
+    PodStatus {
+        container_statuses: Some(vec![ContainerStatus {
+            name: "workspace".into(),
+            image: "registry.invalid/nope:1".into(),
+            restart_count: 4,
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message: Some(message.into()) }),
+                ..Default::default()
+            }),
+            last_state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some("OOMKilled".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+fn reason(status: &PodStatus) -> Option<FailureReason> {
+    from_pod(key(), status, SignedDuration::from_secs(60)).map(|f| f.failure.reason)
+}
+
+#[test]
+fn the_kubelets_back_off_states_count_and_its_first_attempts_do_not() {
+    assert_eq!(reason(&waiting("ImagePullBackOff", "Back-off pulling image")), Some(FailureReason::ImagePull));
+    assert_eq!(reason(&waiting("ErrImagePull", "failed to resolve")), None, "not backing off yet");
+    assert_eq!(reason(&waiting("ContainerCreating", "")), None);
+    let crash = from_pod(key(), &waiting("CrashLoopBackOff", "back-off"), SignedDuration::ZERO).unwrap();
+    assert_eq!(&*crash.failure.message, "CrashLoop: container \"workspace\" OOMKilled (exit 137), restarted 4 times");
+    let config =
+        from_pod(key(), &waiting("CreateContainerConfigError", "secret \"x\" not found"), SignedDuration::ZERO);
+    assert!(config.unwrap().failure.message.ends_with("could not be created: secret \"x\" not found"));
+}
+
+#[test]
+fn an_unschedulable_pod_counts_after_its_grace() {
+    let since = Timestamp::from_second(1_000).unwrap();
+    let status = PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/3 nodes are available: 3 Insufficient cpu.".into()),
+            last_transition_time: Some(Time(since)),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let failure = from_pod(key(), &status, SignedDuration::from_secs(60)).unwrap();
+    let counts_from = since.checked_add(SignedDuration::from_secs(60)).unwrap();
+    assert_eq!(failure.counts_from, Some(counts_from));
+    let mut pods = PodFailures::default();
+    assert_eq!(pods.set("ns/ws-1".into(), Some(failure)), Some(key()));
+    assert_eq!(pods.of(&key(), since), None, "within the grace");
+    assert_eq!(pods.of(&key(), counts_from).map(|f| f.reason), Some(FailureReason::Unschedulable));
+    assert_eq!(pods.counting_since(since, counts_from), [key()], "the cycle after the grace looks again");
+    assert!(pods.counting_since(counts_from, counts_from).is_empty(), "and only that one");
+    assert_eq!(pods.set("ns/ws-1".into(), None), Some(key()), "scheduled: gone");
+    assert!(pods.of(&key(), counts_from).is_none());
+}
+
+#[test]
+fn a_pod_belongs_to_the_deployment_its_replica_set_is_named_after() {
+    let owner = |kind: &str, name: &str| OwnerReference {
+        kind: kind.into(),
+        name: name.into(),
+        controller: Some(true),
+        ..Default::default()
+    };
+    let labels = BTreeMap::from([("pod-template-hash".to_string(), "5c9d7f".to_string())]);
+    assert_eq!(owning_deployment(&[owner("ReplicaSet", "my-ws-5c9d7f")], &labels).as_deref(), Some("my-ws"));
+    assert_eq!(owning_deployment(&[owner("ReplicaSet", "other-abc")], &labels), None);
+    assert_eq!(owning_deployment(&[owner("StatefulSet", "my-ws-5c9d7f")], &labels), None);
+    assert_eq!(owning_deployment(&[owner("ReplicaSet", "my-ws-5c9d7f")], &BTreeMap::new()), None);
+}
