@@ -51,14 +51,7 @@ async fn suite(store: Store) {
     let other_token = store.create_agent("a2", &[]).await.unwrap();
     let other = store.agent_by_token(&other_token).await.unwrap().expect("the other agent");
 
-    let new = NewWorkspace {
-        name: "ws".into(),
-        image: "busybox:1.36".into(),
-        cpu: None,
-        memory: Some("64Mi".into()),
-        env: Default::default(),
-        owner: None,
-    };
+    let new = NewWorkspace { memory: Some("64Mi".into()), ..NewWorkspace::new("ws", "busybox:1.36") };
     let created = store.create_workspace("a1", &new).await.unwrap();
     assert_eq!((created.desired_state, created.actual_state), (DesiredState::Running, ActualState::CreationRequested));
     assert!(matches!(store.create_workspace("a1", &new).await, Err(StoreError::Conflict(_))));
@@ -183,14 +176,7 @@ async fn orphans_are_recorded_acknowledged_and_settled_by_an_operator(store: &St
 async fn concurrent_reconciles_of_one_agent_all_succeed(store: &Store, agent: &wsync::control_plane::model::Agent) {
     let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     for name in &names {
-        let new = NewWorkspace {
-            name: name.clone(),
-            image: "busybox:1.36".into(),
-            cpu: None,
-            memory: None,
-            env: Default::default(),
-            owner: None,
-        };
+        let new = NewWorkspace::new(name.as_str(), "busybox:1.36");
         store.create_workspace(&agent.id, &new).await.unwrap();
     }
     let namespace = |name: &str| wsync::control_plane::model::workspace_namespace(&agent.id, name);
@@ -233,14 +219,7 @@ async fn sqlite_reconciles_committed_together_fail_alone() {
     for id in ["good", "broken"] {
         let token = store.create_agent(id, &[]).await.unwrap();
         agents.push(store.agent_by_token(&token).await.unwrap().expect("the agent"));
-        let new = NewWorkspace {
-            name: "ws".into(),
-            image: "busybox:1.36".into(),
-            cpu: None,
-            memory: None,
-            env: Default::default(),
-            owner: None,
-        };
+        let new = NewWorkspace::new("ws", "busybox:1.36");
         store.create_workspace(id, &new).await.unwrap();
     }
     let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
@@ -302,4 +281,42 @@ async fn health_follows_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Store::connect(&format!("sqlite://{}/store.db", dir.path().display())).await.unwrap();
     sqlite.health().await.expect("SQLite and its writer are healthy");
+}
+
+/// Each error an agent reports is kept in the workspace's history once, the newest five of
+/// them: an agent that sends a new message every cycle cannot grow the table.
+async fn error_history_keeps_the_newest_errors(store: Store) {
+    let token = store.create_agent("h1", &[]).await.unwrap();
+    let agent = store.agent_by_token(&token).await.unwrap().expect("the agent");
+    store.create_workspace("h1", &NewWorkspace::new("ws", "busybox:1.36")).await.unwrap();
+    let ns = wsync::control_plane::model::workspace_namespace("h1", "ws");
+    let failing = |message: &str| WorkspaceAgentInfo {
+        error_details: Some(ErrorDetails { error_type: ErrorType::Kubernetes, error_message: message.into() }),
+        ..report(&ns, "ws")
+    };
+    for message in ["first", "first", "second", "third", "fourth", "fifth", "sixth", "seventh"] {
+        store.reconcile(&agent, request(UpdateType::Partial, vec![failing(message)]), &pipeline()).await.unwrap();
+    }
+    let history = store.error_history("h1", "ws", "ws").await.unwrap();
+    let messages: Vec<&str> = history.iter().map(|r| r.message.as_str()).collect();
+    assert_eq!(messages, ["seventh", "sixth", "fifth", "fourth", "third"], "newest first, once each");
+    assert!(store.error_history("h1", "a", "b").await.unwrap().is_empty(), "only the page's names");
+}
+
+fn ticking_clock() -> wsync::control_plane::model::Clock {
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_700_000_000_000));
+    wsync::control_plane::model::Clock::from_fn(move || now.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn error_history_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&format!("sqlite://{}/history.db", dir.path().display())).await.unwrap();
+    error_history_keeps_the_newest_errors(store.with_clock(ticking_clock())).await;
+}
+
+#[tokio::test]
+async fn error_history_on_postgres() {
+    let url = postgres::fresh_database("history").await;
+    error_history_keeps_the_newest_errors(Store::connect(&url).await.unwrap().with_clock(ticking_clock())).await;
 }

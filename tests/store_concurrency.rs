@@ -26,14 +26,7 @@ fn pipeline(max_terminated_percent: u8) -> PipelineConfig {
 }
 
 async fn create(store: &Store, agent: &str, name: &str) {
-    let new = NewWorkspace {
-        name: name.into(),
-        image: "busybox:1.36".into(),
-        cpu: None,
-        memory: None,
-        env: Default::default(),
-        owner: None,
-    };
+    let new = NewWorkspace::new(name, "busybox:1.36");
     store.create_workspace(agent, &new).await.expect("create");
 }
 
@@ -170,14 +163,7 @@ async fn creations_while_reconciles_commit_on_sqlite() {
     let names: Vec<String> = (0..30).map(|i| format!("w-{i}")).collect();
     for name in &names {
         let reconciles = (0..3).map(|_| store.reconcile(&agent, full_report("busy", &[]), &config));
-        let new = NewWorkspace {
-            name: name.clone(),
-            image: "busybox:1.36".into(),
-            cpu: None,
-            memory: None,
-            env: Default::default(),
-            owner: None,
-        };
+        let new = NewWorkspace::new(name.as_str(), "busybox:1.36");
         let (answers, created) =
             tokio::join!(futures::future::join_all(reconciles), store.create_workspace("busy", &new));
         created.unwrap_or_else(|e| panic!("creating {name} while reconciles commit: {e}"));

@@ -38,14 +38,7 @@ async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, St
     let token = store.create_agent("bench", &[]).await.map_err(|e| e.to_string())?;
     let names: Vec<String> = (0..INFOS).map(|i| format!("ws-{i}")).collect();
     for name in &names {
-        let new = NewWorkspace {
-            name: name.clone(),
-            image: "busybox:1.36".into(),
-            cpu: None,
-            memory: None,
-            env: Default::default(),
-            owner: None,
-        };
+        let new = NewWorkspace::new(name.as_str(), "busybox:1.36");
         store.create_workspace("bench", &new).await.map_err(|e| e.to_string())?;
     }
     let pipeline = PipelineConfig {

@@ -53,6 +53,15 @@ pub struct WorkspaceError {
     pub desired_state: DesiredState,
 }
 
+/// An error a workspace had: what its history on the page shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorRecord {
+    pub name: String,
+    pub error_type: String,
+    pub message: String,
+    pub first_seen: i64,
+}
+
 /// A workspace an agent reports that the control plane does not know: its database was
 /// restored from an old backup, say. Never sent config; adopted or terminated by an operator.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -87,6 +96,13 @@ pub struct NewWorkspace {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub owner: Option<String>,
+}
+
+impl NewWorkspace {
+    /// A workspace of this name and image, with nothing else set.
+    pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
+        Self { name: name.into(), image: image.into(), cpu: None, memory: None, env: BTreeMap::new(), owner: None }
+    }
 }
 
 /// A signed-in browser's session: its CSRF token, and when it ends. The cookie that names it

@@ -136,6 +136,10 @@ async fn agent_page(
     let orphans = state.store.orphans(&agent).await?;
     let settings = state.store.agent_config(&agent).await?.unwrap_or_default();
     let settings = crate::yaml::to_string(&settings).unwrap_or_default();
+    let history = match (workspaces.first(), workspaces.last()) {
+        (Some(first), Some(last)) => state.store.error_history(&agent, &first.name, &last.name).await?,
+        _ => Vec::new(),
+    };
     let view = ui::AgentView {
         agent: &agent,
         workspaces: &workspaces,
@@ -143,6 +147,7 @@ async fn agent_page(
         orphans: &orphans,
         csrf: &session.csrf_token,
         settings: &settings,
+        history: &history,
     };
     Ok(Html(ui::agent_page(&view, state.store.now())).into_response())
 }

@@ -5,7 +5,7 @@
 //! commit.
 
 use super::config_builder::{self, WorkspaceSpec};
-use super::model::{Agent, Orphan, Workspace, WorkspaceError, state_text};
+use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError, state_text};
 use super::rules::{self, Lifecycle, Selection};
 use crate::protocol::{
     ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -33,7 +33,8 @@ pub fn validate(request: &ReconcileRequest) -> Result<(), String> {
 }
 
 /// What one report changes on a workspace row.
-fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) {
+/// Returns the error it reported, when that is a new one.
+fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) -> Option<ErrorRecord> {
     let deployment = info.latest_k8s_deployment_info.as_ref().and_then(|d| d.facts());
     let actual = rules::reported_state(info, deployment.as_ref());
     if actual != workspace.actual_state {
@@ -51,6 +52,12 @@ fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) 
             let message = crate::protocol::cap_message(&details.error_message);
             let same = workspace.error.as_ref().is_some_and(|e| e.error_type == error_type && e.message == message);
             let first_seen = if same { workspace.error.as_ref().map_or(now, |e| e.first_seen) } else { now };
+            let record = (!same).then(|| ErrorRecord {
+                name: workspace.name.clone(),
+                error_type: error_type.clone(),
+                message: message.clone(),
+                first_seen,
+            });
             workspace.error = Some(WorkspaceError {
                 error_type,
                 message,
@@ -58,9 +65,13 @@ fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) 
                 last_seen: now,
                 desired_state: workspace.desired_state,
             });
+            record
         }
         // Reported without an error: the apply that failed has since succeeded.
-        None => workspace.error = None,
+        None => {
+            workspace.error = None;
+            None
+        }
     }
 }
 
@@ -72,6 +83,8 @@ pub struct Decision {
     /// Reported workspaces this control plane does not know, to record (first and last seen
     /// are both `now`; the store keeps the first).
     pub orphans: Vec<Orphan>,
+    /// Errors reported for the first time, for the workspaces' histories.
+    pub new_errors: Vec<ErrorRecord>,
 }
 
 /// The whole reconcile over an agent's workspaces as loaded, without I/O: persist the reports,
@@ -89,6 +102,7 @@ pub fn decide(
     let mut reported = HashSet::new();
     let mut touched = BTreeSet::new();
     let mut orphans = Vec::new();
+    let mut new_errors = Vec::new();
     let mut infos = Vec::new();
     for info in &request.workspace_agent_infos {
         // A workspace this control plane does not know is an orphan: recorded for the operator,
@@ -117,7 +131,7 @@ pub fn decide(
             }
             continue;
         };
-        apply_report(&mut workspaces[i], info, now);
+        new_errors.extend(apply_report(&mut workspaces[i], info, now));
         reported.insert(i);
         touched.insert(i);
     }
@@ -162,6 +176,7 @@ pub fn decide(
         response: ReconcileResponse { workspace_rails_infos: infos, settings: Some(config.settings) },
         touched: touched.into_iter().collect(),
         orphans,
+        new_errors,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The server-rendered pages: sign-in, the agents, and one agent's workspaces. Every value is
 //! escaped, every form carries the session's CSRF token, and no page has a script.
 
-use super::model::{Orphan, Workspace, state_text};
+use super::model::{ErrorRecord, Orphan, Workspace, state_text};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {
@@ -124,6 +124,33 @@ pub struct AgentView<'a> {
     pub csrf: &'a str,
     /// The agent's workspace settings, as YAML: what new workspaces get.
     pub settings: &'a str,
+    /// The shown workspaces' recorded errors, newest first within each.
+    pub history: &'a [ErrorRecord],
+}
+
+/// A workspace's recorded errors other than the one it has now, newest first.
+fn earlier_errors(history: &[ErrorRecord], workspace: &Workspace, now: i64) -> String {
+    let current = workspace.error.as_ref().map(|e| e.first_seen);
+    let earlier: Vec<String> = history
+        .iter()
+        .filter(|r| r.name == workspace.name && Some(r.first_seen) != current)
+        .map(|r| {
+            format!(
+                "<li>{}: <strong>{} error</strong> {}</li>",
+                ago(now, Some(r.first_seen)),
+                escape(&r.error_type),
+                escape(&r.message)
+            )
+        })
+        .collect();
+    if earlier.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<details class=\"history\"><summary>Earlier errors ({})</summary><ul>{}</ul></details>",
+        earlier.len(),
+        earlier.join("")
+    )
 }
 
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
@@ -165,10 +192,11 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
                 "<form method=\"post\" action=\"/agents/{agent_html}/workspaces/{name}/{action}\">{csrf}<button type=\"submit\">{label}</button></form>"
             );
         }
+        let history = earlier_errors(view.history, w, now);
         let _ = write!(
             rows,
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
-             <tr class=\"details\"><td colspan=\"6\">{error}</td></tr>\n",
+             <tr class=\"details\"><td colspan=\"6\">{error}{history}</td></tr>\n",
             escape(&w.namespace),
             escape(&state_text(&w.desired_state)),
             escape(&state_text(&w.actual_state)),
@@ -220,8 +248,15 @@ mod tests {
             last_seen: 60_000,
         };
         let orphans = [orphan];
-        let view =
-            AgentView { agent: "a1", workspaces: &[], more: None, orphans: &orphans, csrf: "t0k\"", settings: "<x>" };
+        let view = AgentView {
+            agent: "a1",
+            workspaces: &[],
+            more: None,
+            orphans: &orphans,
+            csrf: "t0k\"",
+            settings: "<x>",
+            history: &[],
+        };
         let page = agent_page(&view, 120_000);
         assert!(page.contains("<h2>Orphans</h2>"));
         assert!(page.contains("/agents/a1/orphans/old-ns/&lt;b&gt;old&lt;/b&gt;/adopt"), "{page}");
@@ -238,6 +273,29 @@ mod tests {
         assert!(page.contains("href=\"/agents/a1?after=w-99\""), "a next page when more follow");
         assert!(!page.contains("<script"));
         assert!(page.contains("<pre>&lt;x&gt;</pre>"), "the settings, escaped");
+        let mut workspace: Workspace = serde_json::from_value(serde_json::json!({
+            "agent_id": "a1", "name": "ws", "namespace": "n", "image": "i", "cpu": null, "memory": null, "env": {},
+            "desired_state": "Running", "actual_state": "Error", "desired_state_updated_at": 0,
+            "actual_state_updated_at": 0, "deployment_resource_version": null, "responded_to_agent_at": null,
+            "force_include_all_resources": false, "last_reported_at": null, "created_at": 0,
+            "error": {"error_type": "kubernetes", "message": "now", "first_seen": 9, "last_seen": 9, "desired_state": "Running"},
+        }))
+        .unwrap();
+        let record = |message: &str, first_seen| ErrorRecord {
+            name: "ws".into(),
+            error_type: "kubernetes".into(),
+            message: message.into(),
+            first_seen,
+        };
+        let history = [record("now", 9), record("<i>before</i>", 5)];
+        let workspaces = [workspace.clone()];
+        let view = AgentView { workspaces: &workspaces, history: &history, more: None, ..view };
+        let page = agent_page(&view, 10);
+        assert!(page.contains("Earlier errors (1)") && page.contains("&lt;i&gt;before&lt;/i&gt;"), "{page}");
+        workspace.error = None;
+        let workspaces = [workspace];
+        let page = agent_page(&AgentView { workspaces: &workspaces, ..view }, 10);
+        assert!(page.contains("Earlier errors (2)"), "the history stays when the error is gone: {page}");
     }
 
     #[test]

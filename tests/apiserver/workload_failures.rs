@@ -58,6 +58,10 @@ async fn a_pod_the_quota_refuses_is_reported_with_what_to_do_and_cleared_when_it
     let stopped = system.wait_actual("erin", "Stopped").await;
     assert!(stopped["error"].is_null(), "the error cleared: {stopped}");
     assert!(system.agent.logs().contains("a workspace's workload failure ended"));
+    // The page keeps it as history.
+    browser.goto(&format!("{}{page}", system.control_plane.url));
+    let html = browser.html();
+    assert!(html.contains("Earlier errors (1)") && html.contains("QuotaExceeded: "), "{html}");
 }
 
 /// The Pod watch: each kind of failure a kubelet or scheduler shows is reported with its

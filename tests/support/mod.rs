@@ -252,6 +252,18 @@ pub fn config_map(namespace: &str, name: &str) -> String {
     )
 }
 
+/// Assert that `user` may do none of `denied` (`(verb, "resource [-n namespace]")`), as
+/// `kubectl auth can-i --as` says.
+pub fn assert_cannot(env: &TestEnv, user: &str, denied: &[(&str, &str)]) {
+    for (verb, resource) in denied {
+        let mut args = vec!["auth", "can-i", verb];
+        args.extend(resource.split(' '));
+        args.extend(["--as", user]);
+        let out = kubectl(env, &args);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no", "{user} may {verb} {resource}");
+    }
+}
+
 /// `kubectl apply -f -` of `yaml`, as the admin; panics when it fails.
 pub fn kubectl_apply(env: &TestEnv, yaml: &str) {
     use std::io::Write;

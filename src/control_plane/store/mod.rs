@@ -5,6 +5,7 @@
 
 mod access;
 mod error;
+mod error_history;
 mod orphans;
 mod postgres;
 pub mod rows;
@@ -165,14 +166,14 @@ impl Store {
         let (config, _) = settings::read_settings(&mut tx, agent_id)
             .await?
             .ok_or_else(|| StoreError::Conflict(format!("no agent {agent_id:?}")))?;
-        let existing = self.alive_workspaces(&mut tx, agent_id).await?;
+        let existing = self.alive_workspaces(&mut tx, agent_id, None).await?;
         if !config.admits_another(existing) {
             return Err(StoreError::Conflict(format!(
                 "agent {agent_id:?} has {existing} workspaces that are not terminated, its workspaces_quota"
             )));
         }
         let owned = match &new.owner {
-            Some(owner) => settings::alive_workspaces_of(&mut tx, agent_id, owner).await?,
+            Some(owner) => self.alive_workspaces(&mut tx, agent_id, Some(owner)).await?,
             None => 0,
         };
         config.admits_another_of(new.owner.as_deref(), owned).map_err(StoreError::Conflict)?;

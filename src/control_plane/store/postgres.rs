@@ -39,6 +39,22 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        for error in &decision.new_errors {
+            sqlx::query(super::error_history::POSTGRES_RECORD)
+                .bind(&agent.id)
+                .bind(&error.name)
+                .bind(&error.error_type)
+                .bind(&error.message)
+                .bind(error.first_seen)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(super::error_history::POSTGRES_TRIM)
+                .bind(&agent.id)
+                .bind(&error.name)
+                .bind(super::error_history::TRIM_OFFSET)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(decision.response)
     }

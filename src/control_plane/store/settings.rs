@@ -26,18 +26,6 @@ pub(super) async fn read_settings(
     Ok(Some((config, secrets)))
 }
 
-/// How many of an agent's workspaces that are not terminated `owner` has.
-pub(super) async fn alive_workspaces_of(tx: &mut Tx<'_>, agent_id: &str, owner: &str) -> StoreResult<i64> {
-    let (owned,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND owner = $2 AND desired_state <> $3")
-            .bind(agent_id)
-            .bind(owner)
-            .bind(state_text(&DesiredState::Terminated))
-            .fetch_one(&mut **tx)
-            .await?;
-    Ok(owned)
-}
-
 /// In a shared namespace a name is unique across agents: two workspaces of one name would be
 /// one Deployment.
 pub(super) async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &str) -> StoreResult<()> {
@@ -76,7 +64,7 @@ impl Store {
         let Some((current, secrets)) = read_settings(&mut tx, id).await? else { return Ok(false) };
         config.check_pull_secrets(&secrets).map_err(StoreError::Conflict)?;
         if current.shared_namespace != config.shared_namespace {
-            let alive = self.alive_workspaces(&mut tx, id).await?;
+            let alive = self.alive_workspaces(&mut tx, id, None).await?;
             if alive > 0 {
                 return Err(StoreError::Conflict(format!(
                     "shared_namespace cannot change while agent {id:?} has {alive} workspaces that are not \
@@ -114,14 +102,17 @@ impl Store {
         Ok(true)
     }
 
-    /// How many of an agent's workspaces are not terminated.
-    pub(super) async fn alive_workspaces(&self, tx: &mut Tx<'_>, id: &str) -> StoreResult<i64> {
-        let (alive,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2")
-                .bind(id)
-                .bind(state_text(&DesiredState::Terminated))
-                .fetch_one(&mut **tx)
-                .await?;
+    /// How many of an agent's workspaces are not terminated; `owner`'s alone when given.
+    pub(super) async fn alive_workspaces(&self, tx: &mut Tx<'_>, id: &str, owner: Option<&str>) -> StoreResult<i64> {
+        let sql = match owner {
+            Some(_) => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2 AND owner = $3",
+            None => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2",
+        };
+        let mut query = sqlx::query_as(sql).bind(id).bind(state_text(&DesiredState::Terminated));
+        if let Some(owner) = owner {
+            query = query.bind(owner);
+        }
+        let (alive,): (i64,) = query.fetch_one(&mut **tx).await?;
         Ok(alive)
     }
 }

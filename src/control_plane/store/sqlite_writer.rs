@@ -140,5 +140,17 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
             actual
         ])?;
     }
+    let mut record = connection.prepare_cached(super::error_history::SQLITE_RECORD)?;
+    let mut trim = connection.prepare_cached(super::error_history::SQLITE_TRIM)?;
+    for error in &decision.new_errors {
+        record.execute(rusqlite::params![
+            job.agent.id,
+            error.name,
+            error.error_type,
+            error.message,
+            error.first_seen
+        ])?;
+        trim.execute(rusqlite::params![job.agent.id, error.name, super::error_history::TRIM_OFFSET])?;
+    }
     Ok(decision.response)
 }
