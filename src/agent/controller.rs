@@ -110,8 +110,9 @@ async fn run_cycle(
     // A Pod failure whose grace ended since the last cycle is observed again now.
     let since = std::mem::replace(&mut ctx.state().pods_checked_at, now);
     let due = ctx.pod_failures.lock_unpoisoned().counting_since(since, now);
-    for key in &due {
-        ctx.index.lock().mark_dirty(key);
+    if !due.is_empty() {
+        let mut index = ctx.index.lock();
+        due.iter().for_each(|key| index.mark_dirty(key));
     }
     let mut dirty = ctx.index.lock().dirty();
     let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
@@ -119,8 +120,11 @@ async fn run_cycle(
         reread_workspaces(ctx, to_reread).await;
         dirty = ctx.index.lock().dirty();
     }
-    let pods = ctx.pod_failures.lock_unpoisoned().clone();
-    let workload_changes = cycle::observe_workloads(&dirty, &pods, &mut ctx.state().ledger, now);
+    let workload_changes = {
+        // Lock order: Pods, then the state (the Pod watch takes the index after the Pods).
+        let pods = ctx.pod_failures.lock_unpoisoned();
+        cycle::observe_workloads(&dirty, &pods, &mut ctx.state().ledger, now)
+    };
     actions::report_workload_changes(ctx, workload_changes).await;
     let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
     drop(dirty);

@@ -48,9 +48,10 @@ pub fn observe_workloads(
     ledger: &mut Ledger,
     now: jiff::Timestamp,
 ) -> Vec<(WorkspaceKey, Recorded, Option<WorkloadFailure>)> {
+    let counting = pods.counting(now);
     let mut changed = Vec::new();
     for deployment in dirty {
-        let failure = deployment.failure().or_else(|| pods.of(deployment.key(), now));
+        let failure = deployment.failure().or_else(|| counting.get(deployment.key()).copied());
         let seen = failure.map(|f| (f.reason, &*f.message));
         let recorded = ledger.errors_mut().observe_workload(deployment.key(), seen, now);
         if matches!(recorded, Recorded::Failed | Recorded::Recovered) {

@@ -65,7 +65,7 @@ pub fn from_pod(workspace: WorkspaceKey, status: &PodStatus, grace: SignedDurati
 }
 
 /// The failing Pods of this agent's workspaces, by `namespace/pod`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct PodFailures {
     by_pod: HashMap<Box<str>, PodFailure>,
 }
@@ -99,15 +99,17 @@ impl PodFailures {
         changed
     }
 
-    /// The failure that counts for a workspace now: the first of its failing Pods, by name.
-    pub fn of(&self, workspace: &WorkspaceKey, now: Timestamp) -> Option<&WorkloadFailure> {
-        let mut counting: Vec<_> = self
-            .by_pod
-            .iter()
-            .filter(|(_, f)| &f.workspace == workspace && f.counts_from.is_none_or(|from| from <= now))
-            .collect();
-        counting.sort_by(|a, b| a.0.cmp(b.0));
-        counting.first().map(|(_, f)| &f.failure)
+    /// The failure that counts now for each workspace with one: the first of its failing
+    /// Pods, by name. One pass, so that a cycle looks each dirty workspace up in it.
+    pub fn counting(&self, now: Timestamp) -> HashMap<&WorkspaceKey, &WorkloadFailure> {
+        let mut first: HashMap<&WorkspaceKey, (&str, &WorkloadFailure)> = HashMap::new();
+        for (pod, failure) in self.by_pod.iter().filter(|(_, f)| f.counts_from.is_none_or(|from| from <= now)) {
+            let entry = first.entry(&failure.workspace).or_insert((pod, &failure.failure));
+            if **pod < *entry.0 {
+                *entry = (pod, &failure.failure);
+            }
+        }
+        first.into_iter().map(|(workspace, (_, failure))| (workspace, failure)).collect()
     }
 
     /// Workspaces with a failure that began to count in (`since`, `now`]: a grace just ended.

@@ -67,12 +67,23 @@ fn an_unschedulable_pod_counts_after_its_grace() {
     assert_eq!(failure.counts_from, Some(counts_from));
     let mut pods = PodFailures::default();
     assert_eq!(pods.set("ns/ws-1".into(), Some(failure)), Some(key()));
-    assert_eq!(pods.of(&key(), since), None, "within the grace");
-    assert_eq!(pods.of(&key(), counts_from).map(|f| f.reason), Some(FailureReason::Unschedulable));
+    assert_eq!(pods.counting(since).get(&key()).copied(), None, "within the grace");
+    assert_eq!(pods.counting(counts_from).get(&key()).map(|f| f.reason), Some(FailureReason::Unschedulable));
     assert_eq!(pods.counting_since(since, counts_from), [key()], "the cycle after the grace looks again");
     assert!(pods.counting_since(counts_from, counts_from).is_empty(), "and only that one");
     assert_eq!(pods.set("ns/ws-1".into(), None), Some(key()), "scheduled: gone");
-    assert!(pods.of(&key(), counts_from).is_none());
+    assert!(pods.counting(counts_from).is_empty());
+}
+
+#[test]
+fn a_workspace_with_several_failing_pods_shows_the_first_by_name() {
+    let failing =
+        |reason| PodFailure { workspace: key(), failure: WorkloadFailure::new(reason, "x"), counts_from: None };
+    let mut pods = PodFailures::default();
+    pods.set("ns/ws-b".into(), Some(failing(FailureReason::CrashLoop)));
+    pods.set("ns/ws-a".into(), Some(failing(FailureReason::ImagePull)));
+    let now = Timestamp::from_second(1).unwrap();
+    assert_eq!(pods.counting(now).get(&key()).map(|f| f.reason), Some(FailureReason::ImagePull));
 }
 
 #[test]
