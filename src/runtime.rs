@@ -63,7 +63,6 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
-/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
 /// Failpoints for the fault suite: a debug build (what `cargo test` runs) armed with
 /// `--failpoint <name>` aborts the process at the named point, as `kill -9` would there.
 /// Release builds compile them out.
@@ -79,16 +78,23 @@ pub mod failpoint {
         }
     }
 
+    /// Whether this failpoint is armed, for a point that fails otherwise than by aborting.
+    #[inline]
+    pub fn armed(name: &str) -> bool {
+        cfg!(debug_assertions) && ARMED.get().is_some_and(|armed| armed == name)
+    }
+
     /// Abort here if this failpoint is armed.
     #[inline]
     pub fn hit(name: &str) {
-        if cfg!(debug_assertions) && ARMED.get().is_some_and(|armed| armed == name) {
+        if armed(name) {
             tracing::error!(failpoint = name, "failpoint hit: aborting");
             std::process::abort();
         }
     }
 }
 
+/// Parse `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());

@@ -207,6 +207,12 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     })
     .await?;
     let (leader, lease_task) = lease.watch().await;
+    let lease_keeper = tokio::spawn(k8s::lease::keep_present(
+        kube::Api::namespaced(client.clone(), &args.namespace),
+        lease_name.clone(),
+        args.field_manager.clone(),
+        args.lease_duration.max(Duration::from_secs(1)),
+    ));
     tracing::info!(%identity, lease = %lease_name, "waiting to lead");
 
     let mut outcome = Ok(());
@@ -230,6 +236,7 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
         }
         tracing::warn!(%identity, "lost the Lease; stopped syncing");
     }
+    lease_keeper.abort();
     // Dropping the receiver makes the lease task release the Lease before it ends.
     drop(leader);
     match lease_task.await {

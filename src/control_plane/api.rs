@@ -133,6 +133,11 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(message) => ApiError(StatusCode::CONFLICT, message),
+            // Transient for the caller, who retries; /healthz names the cause.
+            StoreError::Writer(reason) => {
+                tracing::error!(%reason, "the database writer failed");
+                ApiError(StatusCode::SERVICE_UNAVAILABLE, "the database writer is unavailable; retry".into())
+            }
             other => {
                 tracing::error!(error = %other, "store failure");
                 ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())

@@ -103,9 +103,16 @@ pub struct ControlPlaneArgs {
     /// Label key that marks a workspace's objects with its agent id.
     #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = DEFAULT_WORKSPACE_LABEL_KEY)]
     pub workspace_label_key: String,
+
+    /// Test builds only: arm this failpoint (`runtime::failpoint`).
+    #[arg(long, hide = true)]
+    pub failpoint: Option<String>,
 }
 
 pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
+    if let Some(name) = &args.failpoint {
+        crate::runtime::failpoint::arm(name);
+    }
     let settings = Settings {
         full_reconciliation_interval_seconds: args.full_reconciliation_interval_seconds,
         partial_reconciliation_interval_seconds: args.partial_reconciliation_interval_seconds,

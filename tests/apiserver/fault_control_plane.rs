@@ -23,6 +23,8 @@ enum Disruption {
     Proxy(Fault, usize),
     /// The process is stopped for this long: connections are refused.
     Down(Duration),
+    /// SQLite's writer thread dies (a failpoint) until the process is restarted.
+    WriterDies,
 }
 
 /// Whether `name`'s error reached the control plane: 0 when it did, 1 when it was lost.
@@ -55,6 +57,7 @@ async fn control_plane_fault(database: Option<String>, disruption: Disruption, n
     match disruption {
         Disruption::Proxy(..) => eventually("the faults to fire", LONG, || proxy.spent().then_some(())).await,
         Disruption::Down(down) => system.control_plane.restart_after(|| std::thread::sleep(down)),
+        Disruption::WriterDies => writer_dies(&mut system).await,
     }
     let cleared = Instant::now();
     eventually("the Stop applied", LONG, || {
@@ -71,6 +74,32 @@ async fn control_plane_fault(database: Option<String>, disruption: Disruption, n
     }
     let lost = error_lost(&system, "dave").await;
     record(name, converged, lost, orphans(env, &ns));
+}
+
+/// What an operator and the agent see while the writer is dead, until a restart (what a
+/// liveness probe on /healthz does) brings it back.
+async fn writer_dies(system: &mut System) {
+    system.control_plane.restart_with(&["--failpoint", "sqlite-writer-dies"]);
+    let (_, body) = eventually("/healthz to turn 503", LONG, || {
+        let health = system.control_plane.health();
+        (health.0 == 503).then_some(health)
+    })
+    .await;
+    assert!(body.contains("writer thread has stopped"), "{body}");
+    let id = system.id.clone();
+    let synced = eventually("the agent's Synced=False", LONG, || {
+        let wss = wss_json(env(), &id)?;
+        let synced = condition(&wss, "Synced")?.clone();
+        (synced["status"] == "False").then_some(synced)
+    })
+    .await;
+    assert!(synced["message"].as_str().is_some_and(|m| m.contains("503")), "{synced}");
+    system.control_plane.restart_without("--failpoint");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_plane_sqlite_writer_dies() {
+    control_plane_fault(None, Disruption::WriterDies, "control plane's SQLite writer dies", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -183,3 +183,48 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
         assert!(value.get("level").is_some() && value.get("timestamp").is_some(), "{line}");
     }
 }
+
+/// Leader-only tasks stop with the Lease: an agent whose Lease someone else took stops
+/// syncing and does not recreate a deleted WorkspaceSyncStatus (an old leader's ledger would
+/// overwrite the new one's). Then the Lease is deleted: the agent creates it again (the lease
+/// manager alone never would, and nothing would sync), leads, and writes its status again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deposed_leader_stops_its_leader_only_tasks() {
+    let env = env();
+    let id = unique_id("dp");
+    let stub = StubControlPlane::start(Script::with_intervals(300, 1)).await;
+    let agent = AgentProcess::start(env, &id, &stub.url, &["--lease-duration", "4s", "--lease-grace", "2s"]);
+    stub.wait_for("the first cycle", 0, LONG, |_| true).await;
+    let lease = format!("wsync-agent-{id}");
+
+    // Another holder takes the Lease and keeps renewing it, as a newer replica would.
+    let hold = || {
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+        let patch = serde_json::json!({"spec": {"holderIdentity": "intruder", "renewTime": now}});
+        kubectl_ok(
+            env,
+            &["-n", AGENT_NAMESPACE, "patch", "lease", &lease, "--type", "merge", "-p", &patch.to_string()],
+        );
+    };
+    hold();
+    let deposed = Instant::now();
+    while !agent.logs().contains("lost the Lease") {
+        assert!(deposed.elapsed() < LONG, "the agent never saw it lost the Lease");
+        hold();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = stub.count();
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "delete", "wss", &id]);
+    for _ in 0..12 {
+        hold();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(wss_json(env, &id).is_none(), "a deposed leader recreated the WorkspaceSyncStatus");
+    assert_eq!(stub.count(), after, "a deposed leader synced");
+
+    // The intruder goes, and its Lease with it: the agent leads again, writes its
+    // WorkspaceSyncStatus, and syncs.
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "delete", "lease", &lease]);
+    eventually("the WorkspaceSyncStatus written again", LONG, || wss_json(env, &id).map(|_| ())).await;
+    stub.wait_for("a cycle of the new term", after, LONG, |_| true).await;
+}

@@ -10,6 +10,7 @@ use serde_json::Value;
 use support::ControlPlaneProcess;
 
 mod browser;
+mod database;
 mod transport;
 
 pub fn http() -> reqwest::Client {

@@ -1,6 +1,6 @@
 //! The real `wsync control-plane` as a child process, and its CLI.
 
-use super::{free_port, http_ok};
+use super::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -95,24 +95,29 @@ impl ControlPlaneProcess {
             .expect("spawn wsync control-plane");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.healthy() {
+        // Up when it answers at all: a failpoint may have it answer 503 at once.
+        while self.health().0 == 0 {
             assert!(Instant::now() < deadline, "the control plane did not come up:\n{}", self.logs());
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
-    /// Whether `/healthz` answers 200 (over TLS with the CA, when it serves TLS).
+    /// Whether `/healthz` answers 200.
     pub fn healthy(&self) -> bool {
-        let url = format!("{}/healthz", self.url);
-        match &self.ca_file {
-            None => http_ok(&url),
-            Some(ca) => Command::new("curl")
-                .args(["-fs", "-o", "/dev/null", "--max-time", "2", "--cacert"])
-                .arg(ca)
-                .arg(&url)
-                .status()
-                .is_ok_and(|s| s.success()),
+        self.health().0 == 200
+    }
+
+    /// What `/healthz` answers: its status (0 when nothing answers) and body.
+    pub fn health(&self) -> (u16, String) {
+        let mut command = Command::new("curl");
+        command.args(["-s", "--max-time", "2", "-w", "\n%{http_code}"]);
+        if let Some(ca) = &self.ca_file {
+            command.arg("--cacert").arg(ca);
         }
+        let out = command.arg(format!("{}/healthz", self.url)).output().expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (status.trim().parse().unwrap_or(0), body.to_string())
     }
 
     pub fn restart(&mut self) {
@@ -127,6 +132,20 @@ impl ControlPlaneProcess {
         }
         meanwhile();
         self.spawn();
+    }
+
+    /// Stop, start again with `extra` added to its arguments (a failpoint, say).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.restart();
+    }
+
+    /// Stop, start again without `flag` and its value.
+    pub fn restart_without(&mut self, flag: &str) {
+        if let Some(at) = self.args.iter().position(|a| a == flag) {
+            self.args.drain(at..(at + 2).min(self.args.len()));
+        }
+        self.restart();
     }
 
     pub fn logs(&self) -> String {

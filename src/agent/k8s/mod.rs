@@ -2,6 +2,7 @@
 //! watch and LIST, and Events. The applier's calls are its own (`agent::apply`).
 
 pub mod events;
+pub mod lease;
 pub mod ledger_object;
 pub mod partial;
 pub mod pods;

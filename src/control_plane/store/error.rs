@@ -12,6 +12,11 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error(
+        "{path} cannot be written ({reason}): the control plane writes the database file and, beside it, \
+         its -wal and -shm files; is the file or its filesystem read-only?"
+    )]
+    Unwritable { path: String, reason: String },
     /// The SQLite writer could not commit a batch, or has stopped.
     #[error("database writer: {0}")]
     Writer(String),

@@ -71,6 +71,9 @@ impl Store {
         };
         // SQLite has one writer: one connection avoids "database is locked" under load.
         let sqlite = url.starts_with("sqlite:");
+        if sqlite {
+            SqliteWriter::check_writable(&url)?;
+        }
         let max = if sqlite { 1 } else { 8 };
         let pool = AnyPoolOptions::new()
             .max_connections(max)

@@ -55,6 +55,27 @@ impl SqliteWriter {
         Ok(Self { jobs })
     }
 
+    /// Refuse at once, naming the file, a database that cannot be written (a read-only file
+    /// or filesystem): sqlx's pool would retry "unable to open database file" until its
+    /// timeout, and a control plane that can only read would fail every reconcile.
+    pub fn check_writable(url: &str) -> StoreResult<()> {
+        let options = SqliteConnectOptions::from_str(url)?;
+        let path = options.get_filename();
+        let unwritable =
+            |e: rusqlite::Error| StoreError::Unwritable { path: path.display().to_string(), reason: e.to_string() };
+        let connection = Connection::open(path).map_err(unwritable)?;
+        connection.execute_batch("PRAGMA journal_mode = WAL; BEGIN IMMEDIATE; ROLLBACK;").map_err(unwritable)?;
+        // SQLite opens a file it may not write read-only, without an error.
+        match connection.is_readonly(rusqlite::MAIN_DB) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(StoreError::Unwritable {
+                path: path.display().to_string(),
+                reason: "SQLite could open it read-only only".into(),
+            }),
+            Err(e) => Err(unwritable(e)),
+        }
+    }
+
     /// Whether the writer thread still runs (it ends only when it panics or its queue closes).
     pub fn alive(&self) -> bool {
         !self.jobs.is_closed()
@@ -76,6 +97,9 @@ impl SqliteWriter {
 
 fn run(mut connection: Connection, mut queue: mpsc::Receiver<Job>) {
     while let Some(first) = queue.blocking_recv() {
+        if crate::runtime::failpoint::armed("sqlite-writer-dies") {
+            panic!("failpoint sqlite-writer-dies");
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
