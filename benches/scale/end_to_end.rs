@@ -12,6 +12,7 @@ use crate::workload::{self, CONCURRENCY};
 use crate::{Options, Table, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -24,6 +25,8 @@ pub struct Row {
     pub report_p99: f64,
     pub apply_p50: f64,
     pub apply_p99: f64,
+    pub failure_p50: f64,
+    pub failure_p99: f64,
 }
 
 /// The control plane's JSON API for one agent's workspaces.
@@ -136,6 +139,14 @@ pub async fn measure(n: usize, options: &Options) -> Row {
         }
     }
 
+    // 4. The started workspaces' Pods fail (the status a kubelet writes when pulling backs
+    // off) until the control plane's database holds the error.
+    let mut failed = Vec::new();
+    for sample in 0..samples {
+        let (ns, name) = &keys[(sample * 104_729 + 1) % n];
+        failed.push(pod_failure_reported(&admin, &workspaces, ns, name, long).await);
+    }
+
     drop(agent);
     drop(control_plane);
     workload::delete_namespaces(&admin, &id, &format!("{LABEL_KEY}={id}")).await;
@@ -148,6 +159,42 @@ pub async fn measure(n: usize, options: &Options) -> Row {
         report_p99: percentile(&reported, 99.0),
         apply_p50: percentile(&applied, 50.0),
         apply_p99: percentile(&applied, 99.0),
+        failure_p50: percentile(&failed, 50.0),
+        failure_p99: percentile(&failed, 99.0),
+    }
+}
+
+/// From the Pod's failing status written to the control plane's API showing the error.
+async fn pod_failure_reported(
+    admin: &kube::Client,
+    workspaces: &Workspaces<'_>,
+    ns: &str,
+    name: &str,
+    long: Duration,
+) -> Duration {
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns);
+    let created = Instant::now();
+    let pod = loop {
+        let listed = pods
+            .list(&kube::api::ListParams::default().labels(&format!("app.kubernetes.io/name={name}")))
+            .await
+            .expect("list");
+        if let Some(pod) = listed.items.into_iter().next() {
+            break pod;
+        }
+        assert!(created.elapsed() < long, "{name}'s Pod was never created");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let status = json!({ "status": support::kubelet::image_pull_back_off(&pod) });
+    let pod_name = pod.metadata.name.as_deref().expect("a name");
+    pods.patch_status(pod_name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch the status");
+    let failed_at = Instant::now();
+    loop {
+        if !workspaces.get(name).await["error"].is_null() {
+            return failed_at.elapsed();
+        }
+        assert!(failed_at.elapsed() < long, "{name}'s failure never reached the control plane");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -163,5 +210,9 @@ pub fn print_table(rows: &[Row]) {
     });
     table.line("start on the control plane → applied, p50 (ms)", "", |r: &Row| format!("{:.0}", r.apply_p50));
     table.line("start on the control plane → applied, p99 (ms)", "≤ 2000", |r: &Row| format!("{:.0}", r.apply_p99));
+    table.line("Pod failure → control plane's database, p50 (ms)", "", |r: &Row| format!("{:.0}", r.failure_p50));
+    table.line("Pod failure → control plane's database, p99 (ms)", "< 2000", |r: &Row| {
+        format!("{:.0}", r.failure_p99)
+    });
     println!();
 }

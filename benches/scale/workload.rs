@@ -45,6 +45,17 @@ pub fn deployment(namespace: &str, name: &str, id: &str, inventory: &str, marker
     })
 }
 
+/// The workspace's one Pod, as the agent's Pod watch lists it: labelled for the agent and
+/// healthy (no status written, so no failure; the watch keeps none of it).
+pub fn pod(namespace: &str, name: &str, id: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": format!("{name}-0"), "namespace": namespace, "labels": { LABEL_KEY: id, "app": name } },
+        "spec": { "containers": [{ "name": "main", "image": "busybox:1.36" }] },
+    })
+}
+
 pub fn inventory(namespace: &str, name: &str, id: &str) -> Value {
     let inventory = format!("{name}-inventory");
     let member =
@@ -80,7 +91,7 @@ pub async fn apply(client: &Client, object: &Value) -> Result<(), kube::Error> {
     api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map(|_| ())
 }
 
-/// Create N workspaces as the agent would leave them, and their configs.
+/// Create N workspaces as the agent would leave them, one Pod each, and their configs.
 pub async fn create(client: &Client, n: usize) -> Workload {
     let id = support::unique_id("bench");
     let started = Instant::now();
@@ -107,6 +118,7 @@ pub async fn create(client: &Client, n: usize) -> Workload {
                 let inventory_id = format!("{name}-inventory");
                 apply(&client, &inventory(ns, name, &id)).await.expect("create an inventory");
                 apply(&client, &deployment(ns, name, &id, &inventory_id, "0")).await.expect("create a Deployment");
+                apply(&client, &pod(ns, name, &id)).await.expect("create a Pod");
                 let count = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 if count % 1000 == 0 {
                     eprintln!("  created {count}/{n} workspaces ({:.0?})", started.elapsed());

@@ -44,11 +44,7 @@ pub async fn run(client: Client, selector: Option<String>) {
             continue;
         }
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        let containers: Vec<(String, String)> = pod
-            .spec
-            .as_ref()
-            .map(|s| s.containers.iter().map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())).collect())
-            .unwrap_or_default();
+        let containers = containers(&pod);
         let image = containers.first().map(|(_, image)| image.clone()).unwrap_or_default();
         let name = pod.name_any();
         let write = |status: Value| {
@@ -87,6 +83,22 @@ pub async fn run(client: Client, selector: Option<String>) {
             _ => write(running(&containers)).await,
         }
     }
+}
+
+/// Each container's name and image.
+fn containers(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())).collect())
+        .unwrap_or_default()
+}
+
+/// The status a kubelet writes for `pod` once pulling its image backs off.
+#[allow(dead_code)] // the bench's
+pub fn image_pull_back_off(pod: &Pod) -> Value {
+    let containers = containers(pod);
+    let image = containers.first().map(|(_, image)| image.clone()).unwrap_or_default();
+    waiting(&containers, "ImagePullBackOff", &back_off(&image))
 }
 
 fn now() -> String {
