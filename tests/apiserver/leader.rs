@@ -4,7 +4,6 @@
 use crate::support::stub::{Recorded, Reply, Script, StubControlPlane, is_full, summary};
 use crate::support::*;
 use std::time::{Duration, Instant};
-use wsync::protocol::{ReconcileRequest, ReconcileResponse};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -23,7 +22,7 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let stubs = [StubControlPlane::start(script.clone()).await, StubControlPlane::start(script.clone()).await];
     for stub in &stubs {
         let script = script.clone();
-        stub.set_responder(move |request| Reply::created(&without_erred(&script, request)));
+        stub.set_responder(move |request| Reply::created(&script.respond_unacknowledged(request)));
     }
     let lease = ["--lease-duration", "8s", "--lease-grace", "3s"];
     let mut agents =
@@ -55,20 +54,6 @@ async fn exactly_one_replica_syncs_and_the_other_takes_over() {
     let handover = first.received.duration_since(terminated_at);
     assert!(handover < Duration::from_secs(6), "handed over after {handover:?}, sooner than the 8s lease");
     assert!(is_full(&first));
-}
-
-/// What the script answers, minus the workspaces reported with an error: their errors stay
-/// unacknowledged.
-fn without_erred(script: &Script, request: &ReconcileRequest) -> ReconcileResponse {
-    let mut response = script.respond(request);
-    let erred: Vec<(&str, &str)> = request
-        .workspace_agent_infos
-        .iter()
-        .filter(|i| i.error_details.is_some())
-        .map(|i| (i.namespace.as_str(), i.name.as_str()))
-        .collect();
-    response.workspace_rails_infos.retain(|i| !erred.contains(&(i.namespace.as_str(), i.name.as_str())));
-    response
 }
 
 fn carries_error(recorded: &Recorded, (namespace, name): &(String, String)) -> bool {
@@ -116,7 +101,7 @@ async fn metrics_readiness_and_json_logs_follow_a_scripted_run() {
     let mut script = Script::with_intervals(300, 1);
     script.always_return.push((ns.clone(), "ws".into()));
     script.configs.insert((ns.clone(), "ws".into()), "kind: [broken".into());
-    stub.set_responder(move |req| crate::support::stub::Reply::created(&without_erred(&script, req)));
+    stub.set_responder(move |req| crate::support::stub::Reply::created(&script.respond_unacknowledged(req)));
     let mut ready = 0;
     for _ in 0..100 {
         ready = get(&format!("{base}/readyz")).await.0;

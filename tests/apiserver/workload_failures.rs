@@ -106,3 +106,48 @@ async fn pod_failures_are_reported_by_reason_and_a_passing_one_reports_nothing()
     assert_eq!(said("workload failure ended", "late"), 1, "{logs}");
     assert_eq!(said("workload is failing", "flaky"), 0, "a first ErrImagePull is no failure yet:\n{logs}");
 }
+
+/// A Pod failure the control plane has not acknowledged survives `kill -9`: the restarted
+/// agent's first cycle carries it from the WorkspaceSyncStatus, and it is not counted as a new
+/// failure (no second "is failing", the same words).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unacknowledged_pod_failure_survives_kill_9() {
+    use crate::support::stub::{Recorded, Reply, Script, StubControlPlane, is_full};
+    let env = env();
+    let client = admin_client(env).await;
+    let id = unique_id("wk");
+    let ns = format!("{id}-1");
+    create_workspace(&client, &ns, "ws", Some(&id)).await;
+    kubectl_apply(
+        env,
+        &format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: pull\n  namespace: {ns}\n  labels:\n    {LABEL_KEY}: {id}\n\
+             spec:\n  selector:\n    matchLabels:\n      app: pull\n  template:\n    metadata:\n      labels:\n        app: pull\n        {LABEL_KEY}: {id}\n\
+             \x20   spec:\n      containers:\n      - name: main\n        image: standin/image-pull-backoff\n"
+        ),
+    );
+    let _kubelet = tokio::spawn(kubelet::run(client.clone(), Some(format!("{LABEL_KEY}={id}"))));
+    let script = Script::with_intervals(300, 1);
+    let stub = StubControlPlane::start(script.clone()).await;
+    stub.set_responder(move |request| Reply::created(&script.respond_unacknowledged(request)));
+    let mut agent = AgentProcess::start(env, &id, &stub.url, &[]);
+    let carried = |r: &Recorded| {
+        r.request.workspace_agent_infos.iter().find(|i| i.name == "pull").and_then(|i| i.error_details.clone())
+    };
+    let (_, first) = stub.wait_for("the image-pull failure", 0, LONG, |r| carried(r).is_some()).await;
+    let error = carried(&first).expect("an error");
+    assert!(error.error_message.starts_with("ImagePull: "), "{}", error.error_message);
+
+    agent.kill9();
+    let before = stub.count();
+    let logs_before = agent.logs().len();
+    agent.restart();
+    let (_, after) = stub.wait_for("the restarted agent's first cycle", before, LONG, |_| true).await;
+    assert!(is_full(&after), "a restart begins with a full cycle");
+    assert_eq!(carried(&after).map(|e| e.error_message), Some(error.error_message), "carried again, unchanged");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let logs = agent.logs();
+    let failing_again =
+        logs[logs_before.min(logs.len())..].lines().filter(|l| l.contains("workload is failing")).count();
+    assert_eq!(failing_again, 0, "restored, not a new failure:\n{logs}");
+}

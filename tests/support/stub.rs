@@ -121,6 +121,21 @@ impl Script {
         ReconcileResponse { workspace_rails_infos: infos, settings: self.settings }
     }
 
+    /// What the script answers, minus the workspaces reported with an error: their errors
+    /// stay unacknowledged.
+    #[allow(dead_code)] // not every test binary's
+    pub fn respond_unacknowledged(&self, request: &ReconcileRequest) -> ReconcileResponse {
+        let mut response = self.respond(request);
+        let erred: Vec<(&str, &str)> = request
+            .workspace_agent_infos
+            .iter()
+            .filter(|i| i.error_details.is_some())
+            .map(|i| (i.namespace.as_str(), i.name.as_str()))
+            .collect();
+        response.workspace_rails_infos.retain(|i| !erred.contains(&(i.namespace.as_str(), i.name.as_str())));
+        response
+    }
+
     fn rails_info(&self, key: &(String, String), rv: Option<String>) -> WorkspaceRailsInfo {
         WorkspaceRailsInfo {
             name: key.1.clone(),
