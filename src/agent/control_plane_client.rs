@@ -60,6 +60,17 @@ pub struct ControlPlaneClient {
     max_response_bytes: usize,
 }
 
+/// Where the system's CA bundle is looked for (rustls-native-certs: the environment's, or
+/// OpenSSL's default on Debian).
+fn system_bundle() -> String {
+    match (std::env::var("SSL_CERT_FILE"), std::env::var("SSL_CERT_DIR")) {
+        (Ok(file), Ok(dir)) => format!("SSL_CERT_FILE={file}, SSL_CERT_DIR={dir}"),
+        (Ok(file), Err(_)) => format!("SSL_CERT_FILE={file}"),
+        (Err(_), Ok(dir)) => format!("SSL_CERT_DIR={dir}"),
+        (Err(_), Err(_)) => "/etc/ssl/certs/ca-certificates.crt".into(),
+    }
+}
+
 impl std::fmt::Debug for ControlPlaneClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlPlaneClient")
@@ -83,16 +94,26 @@ impl ControlPlaneClient {
             .redirect(reqwest::redirect::Policy::none())
             .https_only(!config.allow_insecure && config.base_url.scheme() == "https")
             .user_agent(concat!("wsync-agent/", env!("CARGO_PKG_VERSION")));
-        if let Some(ca_file) = &config.ca_file {
-            let pem = std::fs::read(ca_file)
-                .map_err(|e| Error::CaBundle { path: ca_file.display().to_string(), reason: e.to_string() })?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| Error::CaBundle { path: ca_file.display().to_string(), reason: format!("invalid: {e}") })?
-            {
-                builder = builder.add_root_certificate(cert);
+        let ca_certificates = match &config.ca_file {
+            Some(ca_file) => {
+                let unusable = |reason: String| Error::CaBundle { path: ca_file.display().to_string(), reason };
+                let pem = std::fs::read(ca_file).map_err(|e| unusable(e.to_string()))?;
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| unusable(format!("invalid: {e}")))?
             }
-        }
-        let http = builder.build().map_err(Error::HttpClient)?;
+            None => Vec::new(),
+        };
+        // The system's roots are needed only for https:// without a CA file of its own; an
+        // image without a bundle must still reach an http:// control plane.
+        let https = config.base_url.scheme() == "https";
+        builder = match (https, ca_certificates.is_empty()) {
+            (false, _) => builder.tls_certs_only([]),
+            (true, true) => builder,
+            (true, false) => builder.tls_certs_merge(ca_certificates),
+        };
+        let http = builder.build().map_err(|error| match (https, &config.ca_file) {
+            (true, None) => Error::NoTrustedRoots { url: config.base_url.to_string(), bundle: system_bundle() },
+            _ => Error::HttpClient(error),
+        })?;
         Ok(Self {
             http,
             reconcile_url: join(&config.reconcile_path)?,

@@ -40,6 +40,13 @@ pub enum Error {
     HttpClient(reqwest::Error),
 
     #[error(
+        "no CA certificate to check {url} against: the system's bundle ({bundle}) is missing or \
+         empty, and no --control-plane-ca-file was given; install ca-certificates, or give the \
+         control plane's CA with --control-plane-ca-file"
+    )]
+    NoTrustedRoots { url: String, bundle: String },
+
+    #[error(
         "the control-plane URL {url} is plain HTTP to a host that is not loopback: agent tokens and \
          workspace configs would cross the network in clear; use https://, or pass \
          --allow-insecure-control-plane if this network is trusted"
@@ -63,6 +70,7 @@ impl Error {
             Error::ControlPlaneUrl { .. }
             | Error::CaBundle { .. }
             | Error::HttpClient(_)
+            | Error::NoTrustedRoots { .. }
             | Error::InsecureControlPlane { .. }
             | Error::MetricsAddress { .. }
             | Error::SharedNamespace { .. } => "InvalidConfiguration",
@@ -92,6 +100,7 @@ impl Error {
                 | Error::ControlPlaneUrl { .. }
                 | Error::CaBundle { .. }
                 | Error::HttpClient(_)
+                | Error::NoTrustedRoots { .. }
                 | Error::InsecureControlPlane { .. }
                 | Error::MetricsAddress { .. }
         )

@@ -171,8 +171,9 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
     if let Some(name) = &args.failpoint {
         crate::runtime::failpoint::arm(name);
     }
-    // At start, not at the first term: a refused URL is a configuration error.
-    control_plane_config(&args).check_transport()?;
+    // At start, not at the first term: a refused URL, an unreadable CA file or no trusted
+    // root at all is a configuration error.
+    ControlPlaneClient::new(&control_plane_config(&args))?;
     check_shared_namespace(&args)?;
     let client = kube::Client::try_default().await?;
     let (stop_tx, stop) = watch::channel(false);

@@ -22,4 +22,5 @@ mod rbac;
 mod resync;
 mod shared_namespace;
 mod sync_core;
+mod system_roots;
 mod workload_failures;

@@ -10,6 +10,8 @@ pub struct AgentProcess {
     child: Option<Child>,
     args: Vec<String>,
     kubeconfig: PathBuf,
+    /// Environment variables set for the process besides the test's own.
+    vars: Vec<(String, String)>,
     pub dir: tempfile::TempDir,
     starts: u32,
     /// Delete the agent's WorkspaceSyncStatus and namespaces when dropped.
@@ -30,8 +32,30 @@ impl AgentProcess {
         Self::start_as(env.agent_kubeconfig.clone(), id, control_plane_url, token, extra)
     }
 
+    /// Start an agent with these environment variables set too.
+    #[allow(dead_code)] // not every test binary's
+    pub fn start_with_vars(
+        env: &TestEnv,
+        id: &str,
+        url: &str,
+        token: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Self {
+        let mut agent = Self::start_unspawned(env.agent_kubeconfig.clone(), id, url, token, extra);
+        agent.vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        agent.spawn();
+        agent
+    }
+
     /// Start an agent that authenticates to the apiserver with `kubeconfig`.
     pub fn start_as(kubeconfig: PathBuf, id: &str, control_plane_url: &str, token: &str, extra: &[&str]) -> Self {
+        let mut agent = Self::start_unspawned(kubeconfig, id, control_plane_url, token, extra);
+        agent.spawn();
+        agent
+    }
+
+    fn start_unspawned(kubeconfig: PathBuf, id: &str, control_plane_url: &str, token: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, token).expect("write token");
@@ -60,19 +84,18 @@ impl AgentProcess {
         let admin_port = free_port();
         args.extend(["--admin-address".into(), format!("127.0.0.1:{admin_port}")]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut agent = Self {
+        Self {
             id: id.into(),
             child: None,
             args,
             kubeconfig,
+            vars: Vec::new(),
             dir,
             starts: 0,
             cleanup: true,
             metrics_port,
             admin_port,
-        };
-        agent.spawn();
-        agent
+        }
     }
 
     fn log_path(&self) -> PathBuf {
@@ -87,6 +110,7 @@ impl AgentProcess {
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,wsync=debug")
             .env("NO_COLOR", "1")
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
