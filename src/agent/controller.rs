@@ -54,6 +54,7 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
                 let mut state = ctx.state();
                 state.consecutive_failures = 0;
                 state.answer_lost &= update_type != UpdateType::Full;
+                metrics.set_intervals(state.ledger.partial_interval(), state.ledger.full_interval());
             }
             metrics.cycle_completed();
             metrics.last_success.get_or_create(&kind).set(Timestamp::now().as_millisecond() as f64 / 1000.0);

@@ -58,6 +58,9 @@ pub struct Metrics {
     pub last_success: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     /// When the latest cycle of each type began: the bench times cycles from it.
     pub last_start: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
+    /// The partial and full intervals in effect (the control plane's settings): the alert
+    /// rules compare the time since the last success against them.
+    pub sync_interval: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     pub leader: Gauge,
     pub terminations_stuck: Gauge,
     /// Workload failures that began, by reason (`protocol::workload`).
@@ -79,9 +82,23 @@ impl Metrics {
         let control_plane_requests = Family::<StatusLabel, Counter>::default();
         let last_success = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let last_start = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
+        let sync_interval = Family::<UpdateTypeLabel, Gauge<f64, AtomicU64>>::default();
         let leader = Gauge::default();
         let terminations_stuck = Gauge::default();
         let workspace_failures = Family::<ReasonLabel, Counter>::default();
+        // Every known label set starts at 0, so that a rate() sees the first increase and
+        // dashboards show the series before anything happens.
+        for result in ["success", "failure", "retry_failure", "stale"] {
+            applies.get_or_create(&ResultLabel { result: result.into() }).inc_by(0);
+        }
+        for reason in crate::protocol::workload::FailureReason::ALL {
+            workspace_failures.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc_by(0);
+        }
+        for update_type in ["partial", "full"] {
+            for result in ["success", "error"] {
+                cycles.get_or_create(&CycleLabels { update_type: update_type.into(), result: result.into() }).inc_by(0);
+            }
+        }
         registry.register(
             "workspace_failures",
             "Workspace workload failures that began, by reason",
@@ -117,6 +134,11 @@ impl Metrics {
             "When the latest cycle of each type began",
             last_start.clone(),
         );
+        registry.register(
+            "sync_interval_seconds",
+            "The interval between cycles of each type, as the control plane set it",
+            sync_interval.clone(),
+        );
         registry.register("leader", "1 while this replica holds the Lease", leader.clone());
         Arc::new(Self {
             cycles,
@@ -128,6 +150,7 @@ impl Metrics {
             control_plane_requests,
             last_success,
             last_start,
+            sync_interval,
             leader,
             terminations_stuck,
             workspace_failures,
@@ -155,6 +178,13 @@ impl Metrics {
     pub fn cycle_started(&self, update_type: crate::protocol::UpdateType) {
         let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
         self.last_start.get_or_create(&UpdateTypeLabel { update_type: update_type.to_string() }).set(now);
+    }
+
+    pub fn set_intervals(&self, partial: std::time::Duration, full: std::time::Duration) {
+        for (update_type, interval) in [("partial", partial), ("full", full)] {
+            let label = UpdateTypeLabel { update_type: update_type.into() };
+            self.sync_interval.get_or_create(&label).set(interval.as_secs_f64());
+        }
     }
 
     pub fn cycle_completed(&self) {

@@ -18,6 +18,7 @@ mod hostile;
 mod leader;
 mod ledger_leak;
 mod manifests;
+mod monitoring;
 mod rbac;
 mod resync;
 mod shared_namespace;

@@ -1,0 +1,87 @@
+//! The monitoring pieces (manifests/monitoring): the alert rules pass their promtool unit
+//! tests (promtool from Debian's `prometheus` package, hack/promtool.sh), and every metric the
+//! rules and the Grafana dashboard name is one a live agent exports.
+
+use crate::support::stub::{Script, StubControlPlane};
+use crate::support::*;
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+const MONITORING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/monitoring");
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(format!("{MONITORING}/{file}")).expect("a monitoring file")
+}
+
+fn promtool() -> String {
+    let out =
+        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/promtool.sh")).output().expect("hack/promtool.sh");
+    assert!(out.status.success(), "no promtool: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn run(program: &str, args: &[&str], dir: &std::path::Path) -> String {
+    let out = Command::new(program).args(args).current_dir(dir).output().expect("run");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{program} {args:?}:\n{said}");
+    said
+}
+
+#[test]
+fn the_alert_rules_pass_their_promtool_tests() {
+    let rule = wsync::yaml::parse_value(&read("prometheusrule.yaml")).expect("the PrometheusRule");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // JSON is YAML: the PrometheusRule's groups, as the rule file the tests name.
+    let rules = serde_json::json!({ "groups": rule["spec"]["groups"] });
+    std::fs::write(dir.path().join("rules.yaml"), rules.to_string()).expect("rules.yaml");
+    std::fs::write(dir.path().join("alerts_test.yaml"), read("alerts_test.yaml")).expect("alerts_test.yaml");
+    let promtool = promtool();
+    assert!(run(&promtool, &["check", "rules", "rules.yaml"], dir.path()).contains("SUCCESS: 6 rules found"));
+    assert!(run(&promtool, &["test", "rules", "alerts_test.yaml"], dir.path()).contains("SUCCESS"));
+    let built = run("kubectl", &["kustomize", MONITORING], dir.path());
+    for object in
+        ["kind: ServiceMonitor", "kind: PrometheusRule", "name: wsync-agent-dashboard", "grafana_dashboard: \"1\""]
+    {
+        assert!(built.contains(object), "{object} missing from:\n{built}");
+    }
+}
+
+/// Metric names in `text`: the words that start with `wsync_`.
+fn named(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("wsync_") {
+        let tail = &rest[at..];
+        let end = tail.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(tail.len());
+        names.insert(tail[..end].trim_end_matches('_').to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_metric_the_rules_and_the_dashboard_name_is_exported() {
+    let stub = StubControlPlane::start(Script::with_intervals(300, 1)).await;
+    let agent = AgentProcess::start(env(), &unique_id("mo"), &stub.url, &[]);
+    stub.wait_for("a cycle", 0, Duration::from_secs(60), |_| true).await;
+    let metrics = eventually("the intervals exported", Duration::from_secs(30), || {
+        let metrics = agent.metrics();
+        metrics.contains("wsync_sync_interval_seconds{").then_some(metrics)
+    })
+    .await;
+    // Families, by their TYPE lines: a counter's samples end in _total, a histogram's in
+    // _bucket, _sum and _count.
+    let families: BTreeSet<&str> =
+        metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let exported = |name: &str| {
+        ["", "_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .any(|suffix| name.strip_suffix(suffix).is_some_and(|family| families.contains(family)))
+    };
+    let wanted: BTreeSet<String> =
+        named(&read("prometheusrule.yaml")).union(&named(&read("grafana-dashboard.json"))).cloned().collect();
+    assert!(wanted.len() >= 10, "{wanted:?}");
+    let missing: Vec<&String> = wanted.iter().filter(|name| !exported(name)).collect();
+    assert!(missing.is_empty(), "named but not exported: {missing:?}\n{metrics}");
+}
