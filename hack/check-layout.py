@@ -31,12 +31,14 @@ PURE = [
     "src/control_plane/config_builder",
     "src/control_plane/agent_config.rs",
     "src/control_plane/agent_config",
+    "src/kubectl_plugin/view.rs",
 ]
 NO_IO = re.compile(r"\.await\b|\bkube::Client\b|\bClient::|\bApi<|\breqwest::")
 FORBIDDEN = {
     "src/control_plane": re.compile(r"\b(crate|wsync)::agent\b"),
     "src/cli": re.compile(r"\b(crate|wsync)::agent\b"),
     "src/agent": re.compile(r"\b(crate|wsync)::control_plane\b"),
+    "src/kubectl_plugin": re.compile(r"\b(crate|wsync)::(agent|control_plane)\b"),
 }
 
 

@@ -3,13 +3,15 @@
 //! talks to. The map of the code is in docs/ARCHITECTURE.md.
 //!
 //! The two halves meet only over HTTP: `agent` and `control_plane` never import each other;
-//! both build on `protocol`, `crd`, `yaml`, `runtime` and `allocator`.
+//! both build on `protocol`, `crd`, `yaml`, `runtime` and `allocator`. `kubectl_plugin` (the
+//! `kubectl-wsync` binary) reads the cluster and imports neither.
 
 pub mod agent;
 pub mod allocator;
 pub mod cli;
 pub mod control_plane;
 pub mod crd;
+pub mod kubectl_plugin;
 pub mod protocol;
 pub mod runtime;
 pub mod yaml;

@@ -63,6 +63,13 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
+/// What a peer sent (an agent, a control plane, a hand-edited status), made safe for a
+/// terminal: control characters (an escape sequence that moves the cursor or rewrites the
+/// screen, say) are shown escaped.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
+}
+
 /// Failpoints for the fault suite: a debug build (what `cargo test` runs) armed with
 /// `--failpoint <name>` aborts the process at the named point, as `kill -9` would there.
 /// Release builds compile them out.

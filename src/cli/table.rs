@@ -3,11 +3,7 @@
 
 use crate::control_plane::model::{Workspace, state_text};
 
-/// What an agent or a control plane sent, made safe for a terminal: control characters (an
-/// escape sequence that moves the cursor or rewrites the screen, say) are shown escaped.
-pub fn printable(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
-}
+pub use crate::runtime::printable;
 
 /// A human-readable table, one workspace a row; errors in full below their row.
 pub fn table(workspaces: &[Workspace], now: i64) -> String {
