@@ -40,6 +40,7 @@ pub struct AppState {
     pub session_ttl_ms: i64,
     pub reconcile_path: String,
     pub prerequisites_path: String,
+    pub metrics: super::metrics::Metrics,
 }
 
 impl AppState {
@@ -53,6 +54,7 @@ impl AppState {
             session_ttl_ms: 12 * 3_600_000,
             reconcile_path: crate::protocol::RECONCILE_PATH.into(),
             prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
+            metrics: super::metrics::Metrics::default(),
         }
     }
 
@@ -72,7 +74,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let agents = Router::new()
         .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
-        .route("/healthz", get(healthz));
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics));
     let management = Router::new()
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
@@ -118,6 +121,13 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
         Ok(()) => "ok".into_response(),
         Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {error}\n")).into_response(),
     }
+}
+
+/// Prometheus text; unauthenticated like /healthz (it names agents and counts, no secrets).
+async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult {
+    let workspaces = state.store.workspace_counts().await?;
+    let text = state.metrics.encode(&workspaces);
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }
 
 /// An error answer: its status and `{"error": …}`.
@@ -201,15 +211,31 @@ impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
 
 /// The token is checked before a byte of the body is read: an unauthenticated 64 MiB upload
 /// costs the control plane nothing.
-async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> ApiResult {
-    let agent = authenticate_agent(&state, request.headers()).await?;
+async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
+    let started = std::time::Instant::now();
+    let (agent, answer) = match authenticate_agent(&state, request.headers()).await {
+        Ok(agent) => {
+            let answer = reconcile_for(&state, &agent, request).await;
+            (Some(agent.id), answer)
+        }
+        Err(refused) => (None, Err(refused)),
+    };
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    state.metrics.reconciled(agent.as_deref(), response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn reconcile_for(state: &AppState, agent: &Agent, request: axum::extract::Request) -> ApiResult {
     let body = axum::body::to_bytes(request.into_body(), MAX_RECONCILE_BODY_BYTES).await.map_err(|_| {
         ApiError(StatusCode::PAYLOAD_TOO_LARGE, format!("a reconcile body is at most {MAX_RECONCILE_BODY_BYTES} bytes"))
     })?;
     let request: ReconcileRequest = parse(&body)?;
     pipeline::validate(&request).map_err(bad_request)?;
     let (update_type, received) = (request.update_type, request.workspace_agent_infos.len());
-    let response = state.store.reconcile(&agent, request, &state.pipeline).await?;
+    let started = std::time::Instant::now();
+    let response = state.store.reconcile(agent, request, &state.pipeline).await;
+    state.metrics.database(started.elapsed());
+    let response = response?;
     tracing::debug!(agent = %agent.id, %update_type, received, returned = response.workspace_rails_infos.len(), "reconciled");
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }

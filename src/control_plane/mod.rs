@@ -7,6 +7,7 @@ pub mod api;
 pub mod config_builder;
 pub mod error;
 pub mod hints;
+pub mod metrics;
 pub mod model;
 pub mod page;
 pub mod pipeline;

@@ -85,3 +85,34 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported() {
     let missing: Vec<&String> = wanted.iter().filter(|name| !exported(name)).collect();
     assert!(missing.is_empty(), "named but not exported: {missing:?}\n{metrics}");
 }
+
+/// The control plane's own /metrics: reconciles by agent and result, their duration, the
+/// database's, and workspaces by actual state.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_control_plane_exports_reconciles_and_workspaces() {
+    let system = crate::support::system::System::start("cm").await;
+    system.cli(&["create", "ann", "--image", "registry.example.com/ide:1"]);
+    system.wait_actual("ann", "Running").await;
+    let refused = reqwest::Client::new()
+        .post(format!("{}{}", system.control_plane.url, wsync::protocol::RECONCILE_PATH))
+        .bearer_auth("not-a-token")
+        .body("{}")
+        .send()
+        .await
+        .expect("the control plane");
+    assert_eq!(refused.status(), 401);
+    let metrics =
+        reqwest::get(format!("{}/metrics", system.control_plane.url)).await.expect("GET").text().await.expect("text");
+    let sample = |name: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+    };
+    let id = &system.id;
+    assert!(
+        sample(&format!("wsync_control_plane_reconciles_total{{agent=\"{id}\",result=\"success\"}}")) >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(sample("wsync_control_plane_reconciles_total{agent=\"-\",result=\"unauthorized\"}"), 1.0, "{metrics}");
+    assert_eq!(sample("wsync_control_plane_workspaces{state=\"Running\"}"), 1.0, "{metrics}");
+    assert!(sample("wsync_control_plane_reconcile_duration_seconds_count") >= 1.0, "{metrics}");
+    assert!(sample("wsync_control_plane_database_duration_seconds_count") >= 1.0, "{metrics}");
+}

@@ -121,6 +121,12 @@ impl Store {
         Ok(())
     }
 
+    /// Workspaces by actual state, every agent's: what `/metrics` counts.
+    pub async fn workspace_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        let sql = "SELECT actual_state, COUNT(*) FROM workspaces GROUP BY actual_state ORDER BY actual_state";
+        Ok(sqlx::query_as(sql).fetch_all(&self.pool).await?)
+    }
+
     /// Register an agent; returns its token, which is shown once and stored hashed.
     pub async fn create_agent(&self, id: &str, image_pull_secrets: &[ImagePullSecret]) -> StoreResult<String> {
         self.create_agent_with(id, image_pull_secrets, &AgentConfig::default()).await

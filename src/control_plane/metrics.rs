@@ -1,0 +1,86 @@
+//! The control plane's `/metrics` (Prometheus text): reconciles by agent and result, their
+//! duration and the database's share of it, and workspaces by actual state, counted when
+//! scraped. The agent label takes only authenticated agents' ids, so its values are bounded
+//! by the agents registered.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    agent: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+pub struct Metrics {
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_duration: Histogram,
+    database_duration: Histogram,
+    workspaces: Family<StateLabel, Gauge>,
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("wsync_control_plane");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let database_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let workspaces = Family::<StateLabel, Gauge>::default();
+        registry.register("reconciles", "Reconcile requests by agent and result", reconciles.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile requests, from the request to the answer",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "database_duration_seconds",
+            "A reconcile's database transaction, commit included",
+            database_duration.clone(),
+        );
+        registry.register("workspaces", "Workspaces by actual state", workspaces.clone());
+        Self { reconciles, reconcile_duration, database_duration, workspaces, registry }
+    }
+}
+
+impl Metrics {
+    /// `agent` is None when the request was not authenticated; `status` is the answer's.
+    pub fn reconciled(&self, agent: Option<&str>, status: u16, took: Duration) {
+        let result = match status {
+            200..=299 => "success",
+            401 | 403 => "unauthorized",
+            400..=499 => "refused",
+            _ => "error",
+        };
+        let labels = ReconcileLabels { agent: agent.unwrap_or("-").into(), result: result.into() };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn database(&self, took: Duration) {
+        self.database_duration.observe(took.as_secs_f64());
+    }
+
+    /// The text to serve, with the workspace counts just read.
+    pub fn encode(&self, workspaces: &[(String, i64)]) -> String {
+        self.workspaces.clear();
+        for (state, count) in workspaces {
+            self.workspaces.get_or_create(&StateLabel { state: state.clone() }).set(*count);
+        }
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+}
