@@ -1,0 +1,48 @@
+{{- define "wsync-agent.name" -}}
+{{- default "wsync-agent" .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "wsync-agent.selectorLabels" -}}
+app.kubernetes.io/name: wsync-agent
+{{- end -}}
+
+{{- define "wsync-agent.labels" -}}
+{{ include "wsync-agent.selectorLabels" . }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "wsync-agent.tokenSecret" -}}
+{{- if .Values.token.value -}}{{ include "wsync-agent.name" . }}-token{{- else -}}{{ required "token.existingSecret or token.value is required" .Values.token.existingSecret }}{{- end -}}
+{{- end -}}
+
+{{/* The rights on workspaces' objects, as manifests/base/rbac.yaml grants them. */}}
+{{- define "wsync-agent.workspaceRules" -}}
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- if .namespaces }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "persistentvolumeclaims", "serviceaccounts", "resourcequotas", "limitranges"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end -}}

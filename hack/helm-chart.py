@@ -1,0 +1,31 @@
+"""Render or lint a chart with Helm's SDK (helm-python-sdk); see hack/helm.sh."""
+import json
+import sys
+
+import helm_python as helm
+
+
+def main(argv):
+    command, chart, values = argv[1], argv[2], json.loads(argv[3])
+    if command == "lint":
+        report = helm.lint(chart, values, strict=True)
+        print(json.dumps(report, indent=2))
+        failed = report.get("errors") or any(m.get("severity", 0) >= 2 for m in report.get("messages", []))
+        return 1 if failed else 0
+    if command == "render":
+        namespace = argv[4]
+        with helm.Chart.load(chart) as loaded:
+            loaded.validate_schema(values)
+            manifests = loaded.render(values, name="wsync-agent", namespace=namespace, is_install=True)
+        # Objects only, in a stable order; NOTES.txt and empty templates dropped.
+        for path in sorted(manifests):
+            text = manifests[path].strip()
+            if path.endswith("NOTES.txt") or not text:
+                continue
+            print(f"---\n# Source: {path}\n{text}")
+        return 0
+    print(f"unknown command {command!r}", file=sys.stderr)
+    return 2
+
+
+sys.exit(main(sys.argv))
