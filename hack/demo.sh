@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # The local demo: a real kube-apiserver and controller manager, the wsync control plane on
 # SQLite, the wsync agent, and a sample workspace taken through its life. It leaves nothing
-# running when it exits.
+# running when it exits, unless given --keep: then the cluster, the control plane, the agent
+# and a running workspace stay, to explore, and it prints how to stop them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+keep=0
+case "${1:-}" in
+  --keep) keep=1 ;;
+  "") ;;
+  *) echo "usage: hack/demo.sh [--keep]" >&2; exit 2 ;;
+esac
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
@@ -19,18 +27,32 @@ eval "$(hack/local-cluster.sh env)"
 
 work=$(mktemp -d)
 pids=()
+# What stops the demo: run at exit, or, with --keep, written to $work/stop.sh for later.
+write_stop() {
+  cat >"$work/stop.sh" <<STOP
+#!/usr/bin/env bash
+# Stop what hack/demo.sh started, and only that.
+cd "$PWD"
+eval "\$(hack/local-cluster.sh env)"
+for pid in ${pids[*]}; do kill "\$pid" 2>/dev/null || true; done
+kubectl delete namespace -l agent.gitlab.com/id=demo --wait=false >/dev/null 2>&1 || true
+kubectl -n wsync-system delete wss demo --ignore-not-found >/dev/null 2>&1 || true
+$([ "$started_cluster" = 1 ] && echo "hack/local-cluster.sh down")
+rm -rf "$work"
+STOP
+  chmod +x "$work/stop.sh"
+}
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  kubectl delete namespace -l agent.gitlab.com/id=demo --wait=false >/dev/null 2>&1 || true
-  kubectl -n wsync-system delete wss demo --ignore-not-found >/dev/null 2>&1 || true
-  if [ "$started_cluster" = 1 ]; then hack/local-cluster.sh down; fi
-  rm -rf "$work"
+  if [ "$keep" = 1 ] && [ "${finished:-0}" = 1 ]; then return; fi
+  write_stop
+  "$work/stop.sh"
 }
 trap cleanup EXIT
+# With --keep, the background processes outlive this script (and its terminal).
+background() { if [ "$keep" = 1 ]; then setsid "$@" & else "$@" & fi; pids+=($!); }
 
 step "Building wsync"
-cargo build -q --bin wsync --example kubelet_standin
+cargo build -q --bin wsync --bin kubectl-wsync --example kubelet_standin
 wsync=target/debug/wsync
 port=18480
 export WSYNC_SERVER=http://127.0.0.1:$port WSYNC_AGENT_ID=demo
@@ -41,9 +63,8 @@ kubectl wait --for=condition=Established crd/workspacesyncstatuses.wsync.dev --t
 kubectl create namespace wsync-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
 step "Starting the control plane (SQLite at $work/control-plane.db)"
-$wsync control-plane --listen "127.0.0.1:$port" --database-url "sqlite://$work/control-plane.db" \
-  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.out" 2>"$work/control-plane.log" &
-pids+=($!)
+background $wsync control-plane --listen "127.0.0.1:$port" --database-url "sqlite://$work/control-plane.db" \
+  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.out" 2>"$work/control-plane.log"
 for _ in $(seq 1 50); do curl -fs "$WSYNC_SERVER/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 # On its first start the control plane makes an admin token and prints it, once.
 WSYNC_ADMIN_TOKEN=$(sed -n 's/^admin token.*: //p' "$work/control-plane.out")
@@ -56,19 +77,17 @@ $wsync agents register demo -o json | sed -n 's/.*"token":"\([^"]*\)".*/\1/p' >"
 say "token saved to $work/token"
 
 step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
-$wsync agent --agent-id demo --namespace wsync-system --control-plane-url "$WSYNC_SERVER" \
-  --token-file "$work/token" >"$work/agent.log" 2>&1 &
-pids+=($!)
-target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1 &
-pids+=($!)
+background $wsync agent --agent-id demo --namespace wsync-system --control-plane-url "$WSYNC_SERVER" \
+  --token-file "$work/token" >"$work/agent.log" 2>&1
+background target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1
 
 wait_for() {
-  local want=$1
+  local want=$1 name=${2:-alice}
   for _ in $(seq 1 120); do
-    if $wsync workspaces get alice -o json 2>/dev/null | grep -q "\"actual_state\": \"$want\""; then return 0; fi
+    if $wsync workspaces get "$name" -o json 2>/dev/null | grep -q "\"actual_state\": \"$want\""; then return 0; fi
     sleep 1
   done
-  echo "timed out waiting for alice to be $want; agent log:" >&2
+  echo "timed out waiting for $name to be $want; agent log:" >&2
   tail -20 "$work/agent.log" >&2
   return 1
 }
@@ -95,4 +114,26 @@ kubectl get namespace wsync-demo-alice 2>&1 | sed 's/^/   /' || true
 echo
 kubectl -n wsync-system get wss demo
 
-step "Done; stopping everything"
+if [ "$keep" = 0 ]; then
+  step "Done; stopping everything"
+  exit 0
+fi
+
+step "Creating workspace bob, and leaving it all running (--keep)"
+$wsync workspaces create bob --image busybox:1.36 --cpu 100m --memory 64Mi >/dev/null
+wait_for Running bob
+$wsync workspaces list
+write_stop
+finished=1
+cat <<KEPT
+
+   The page:     $WSYNC_SERVER/sign-in?next=/agents/demo
+                 sign in with the admin token $WSYNC_ADMIN_TOKEN
+   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN WSYNC_AGENT_ID=demo
+                 $wsync workspaces list; $wsync workspaces stop bob
+   The cluster:  eval "\$(hack/local-cluster.sh env)"
+                 kubectl -n wsync-system get wss demo; kubectl -n wsync-demo-bob get all
+                 PATH="\$PWD/target/debug:\$PATH" kubectl wsync workspaces demo
+   Logs:         $work/agent.log, $work/control-plane.log
+   Stop it all:  $work/stop.sh
+KEPT
