@@ -192,8 +192,11 @@ impl Context {
     pub async fn wait_for_gap(&self) {
         let mut last = self.last_cycle_start.lock().await;
         if let Some(previous) = *last {
-            let due = previous + self.config.min_cycle_gap;
-            tokio::time::sleep_until(due.into()).await;
+            // A gap past what an Instant can hold (a mistyped flag) waits as long as tokio can.
+            match previous.checked_add(self.config.min_cycle_gap) {
+                Some(due) => tokio::time::sleep_until(due.into()).await,
+                None => tokio::time::sleep(self.config.min_cycle_gap).await,
+            }
         }
         *last = Some(Instant::now());
     }
