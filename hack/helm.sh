@@ -6,7 +6,16 @@ set -euo pipefail
 VERSION=0.2.2
 CACHE_DIR=${WSYNC_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wsync/helm-python-sdk-$VERSION}
 if [ ! -d "$CACHE_DIR/helm_python" ]; then
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$CACHE_DIR.tmp" "helm-python-sdk==$VERSION" >&2
-  rm -rf "$CACHE_DIR" && mv "$CACHE_DIR.tmp" "$CACHE_DIR"
+  mkdir -p "$(dirname "$CACHE_DIR")"
+  # Tests call this in parallel: one installs, the others wait for it.
+  exec 9>"$CACHE_DIR.lock"
+  flock 9
+  if [ ! -d "$CACHE_DIR/helm_python" ]; then
+    rm -rf "$CACHE_DIR.tmp"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --target "$CACHE_DIR.tmp" "helm-python-sdk==$VERSION" >&2
+    rm -rf "$CACHE_DIR" && mv "$CACHE_DIR.tmp" "$CACHE_DIR"
+  fi
+  flock -u 9
 fi
 PYTHONPATH="$CACHE_DIR" exec python3 "$(dirname "$0")/helm-chart.py" "$@"
