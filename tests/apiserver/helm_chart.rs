@@ -32,7 +32,14 @@ fn by_name(stream: &str) -> BTreeMap<String, Value> {
             let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
             let mut value = serde_json::to_value(&object).expect("json");
             let metadata = value["metadata"].as_object_mut().expect("metadata");
-            metadata.remove("namespace");
+            // The agent's namespace is Helm's to set; another one (a shared workspace
+            // namespace) is part of the object's name.
+            let namespace = metadata.remove("namespace").and_then(|n| n.as_str().map(str::to_string));
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let key = match namespace.filter(|n| n != AGENT_NAMESPACE) {
+                Some(namespace) => format!("{kind}/{namespace}/{name}"),
+                None => format!("{kind}/{name}"),
+            };
             for (field, added) in [
                 // The chart labels every object; the manifests only those a selector needs.
                 (
@@ -53,7 +60,7 @@ fn by_name(stream: &str) -> BTreeMap<String, Value> {
                     }
                 }
             }
-            (format!("{kind}/{}", object.metadata.name.unwrap_or_default()), value)
+            (key, value)
         })
         .collect()
 }
@@ -73,6 +80,27 @@ fn with_its_defaults_the_chart_gives_the_manifests_objects() {
     }
     let extra: Vec<&String> = chart.keys().filter(|k| !manifests.contains_key(*k)).collect();
     assert!(extra.is_empty(), "only in the chart: {extra:?}");
+
+    // Shared-namespace mode: the overlay's namespaced rights, and no ClusterRole.
+    let shared =
+        by_name(&helm(&["render", CHART, r#"{"policy": {"sharedNamespace": "workspaces"}}"#, AGENT_NAMESPACE]));
+    let overlay = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/overlays/shared-namespace");
+    let overlay = by_name(&kubectl_ok(env(), &["kustomize", overlay]));
+    assert_eq!(
+        shared["Role/workspaces/wsync-agent-workspaces"]["rules"],
+        overlay["Role/workspaces/wsync-agent"]["rules"]
+    );
+    assert!(!shared.keys().any(|k| k.starts_with("ClusterRole")), "{:?}", shared.keys());
+    // The overlay's patch puts the mode's variable first; order means nothing to the agent.
+    let by_env_name = |mut deployment: Value| {
+        if let Some(env) = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut() {
+            env.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        }
+        deployment
+    };
+    let (chart_agent, overlay_agent) =
+        (shared["Deployment/wsync-agent"].clone(), overlay["Deployment/wsync-agent"].clone());
+    assert_eq!(by_env_name(chart_agent), by_env_name(overlay_agent), "the mode's flag");
 
     // The chart's own copies of the CRD and the alert rules are the sources'.
     let copy = |path: &str| std::fs::read_to_string(format!("{CHART}/files/{path}")).expect("a chart file");

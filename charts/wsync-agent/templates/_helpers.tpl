@@ -17,7 +17,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.token.value -}}{{ include "wsync-agent.name" . }}-token{{- else -}}{{ required "token.existingSecret or token.value is required" .Values.token.existingSecret }}{{- end -}}
 {{- end -}}
 
-{{/* The rights on workspaces' objects, as manifests/base/rbac.yaml grants them. */}}
+{{/* The rights on workspaces' objects, as manifests/base/rbac.yaml grants them, or, in one
+shared namespace, as manifests/overlays/shared-namespace/workspaces.yaml does. */}}
 {{- define "wsync-agent.workspaceRules" -}}
 - apiGroups: ["apps"]
   resources: ["deployments"]
@@ -31,7 +32,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
+  {{- if .namespaces }}
   resources: ["services", "persistentvolumeclaims", "serviceaccounts", "resourcequotas", "limitranges"]
+  {{- else }}
+  {{- /* A shared namespace takes no workspace's quota or limit range. */}}
+  resources: ["services", "persistentvolumeclaims", "serviceaccounts"]
+  {{- end }}
   verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
