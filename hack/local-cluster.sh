@@ -2,6 +2,7 @@
 # A real Kubernetes control plane on 127.0.0.1, built from Debian's own packages.
 #
 #   hack/local-cluster.sh build   build etcd, kube-apiserver and kube-controller-manager once (cached)
+#   hack/local-cluster.sh build-node  build kubelet and kube-scheduler once (hack/local-node.sh)
 #   hack/local-cluster.sh up      build if needed, then start them; idempotent
 #   hack/local-cluster.sh down    stop them and wipe the state
 #   hack/local-cluster.sh restart stop and start them, keeping the state (the fault suite)
@@ -55,10 +56,11 @@ prepare_private_apt() {
   private_apt "$dir" update >/dev/null
 }
 
-build() {
-  if built; then log "using cached binaries in $BIN"; return; fi
+# Fetch Debian's kubernetes source and Go toolchain into $work, unpack, and cd into the tree
+# with GOPATH mode set up; LDFLAGS stamps the version.
+prepare_tree() {
   command -v apt-get >/dev/null || die "apt-get is needed to fetch Debian's packages"
-  local work=$CACHE_DIR/work started=$SECONDS
+  work=$CACHE_DIR/work
   rm -rf "$work"; mkdir -p "$work/dl" "$work/root" "$BIN"
   log "fetching Debian sources and toolchain into $work"
   prepare_private_apt "$work/apt"
@@ -66,20 +68,42 @@ build() {
     && private_apt "$work/apt" download golang-1.19-go golang-1.19-src etcd-server \
       golang-github-modern-go-reflect2-dev >/dev/null)
   local deb; for deb in "$work"/dl/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
-  cp "$work/root/usr/bin/etcd" "$BIN/etcd"
 
   log "unpacking kubernetes $KUBE_VERSION"
   tar -C "$work" -xzf "$work"/dl/kubernetes_*.orig.tar.gz
   export GOROOT=$work/root/usr/lib/go-1.19 GOPATH=$work/gopath GOCACHE=$work/gocache
   export GO111MODULE=off GOFLAGS= CGO_ENABLED=0 PATH=$GOROOT/bin:$PATH
-  local k8s=$GOPATH/src/k8s.io/kubernetes
+  k8s=$GOPATH/src/k8s.io/kubernetes
   mkdir -p "$(dirname "$k8s")"; ln -sfn "$work/kubernetes-$KUBE_VERSION" "$k8s"
 
   # Quirk 3: vendored reflect2 1.0.1 crashes under Go >= 1.18; Debian ships 1.0.2.
   rm -rf "$k8s/vendor/github.com/modern-go/reflect2"
   cp -r "$work/root/usr/share/gocode/src/github.com/modern-go/reflect2" "$k8s/vendor/github.com/modern-go/reflect2"
 
+  # Quirk 4: without these, /version reads v0.0.0.
+  LDFLAGS="-s -w"
+  local pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    LDFLAGS+=" -X k8s.io/kubernetes/vendor/$pkg.gitVersion=v$KUBE_VERSION"
+    LDFLAGS+=" -X k8s.io/kubernetes/vendor/$pkg.gitMajor=1 -X k8s.io/kubernetes/vendor/$pkg.gitMinor=20"
+  done
   cd "$k8s"
+}
+
+go_build() {
+  local cmd
+  for cmd in "$@"; do
+    log "building $cmd (a few minutes on 2 cores)"
+    go build -ldflags "$LDFLAGS" -o "$BIN/$cmd.tmp" "./cmd/$cmd"
+    mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+  done
+}
+
+build() {
+  if built; then log "using cached binaries in $BIN"; return; fi
+  local started=$SECONDS work k8s
+  prepare_tree
+  cp "$work/root/usr/bin/etcd" "$BIN/etcd"
   # Quirk 2: pkg/generated/openapi is generated at build time.
   log "generating openapi definitions"
   go build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
@@ -91,23 +115,25 @@ build() {
     -O zz_generated.openapi --go-header-file hack/boilerplate/boilerplate.generatego.txt \
     --report-filename "$work/openapi-report.txt" >/dev/null 2>&1 \
     || die "openapi-gen failed"
-
-  # Quirk 4: without these, /version reads v0.0.0.
-  local ld="" pkg
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X k8s.io/kubernetes/vendor/$pkg.gitVersion=v$KUBE_VERSION"
-    ld+=" -X k8s.io/kubernetes/vendor/$pkg.gitMajor=1 -X k8s.io/kubernetes/vendor/$pkg.gitMinor=20"
-  done
-  local cmd
-  for cmd in kube-apiserver kube-controller-manager; do
-    log "building $cmd (a few minutes on 2 cores)"
-    go build -ldflags "-s -w $ld" -o "$BIN/$cmd.tmp" "./cmd/$cmd"
-    mv "$BIN/$cmd.tmp" "$BIN/$cmd"
-  done
+  go_build kube-apiserver kube-controller-manager
   cd /
   "$BIN/kube-apiserver" --version
   [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
   log "built in $((SECONDS - started))s into $BIN"
+}
+
+node_built() { [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ]; }
+
+# kubelet and kube-scheduler for hack/local-node.sh, from the same tree; neither needs the
+# generated openapi.
+build_node() {
+  if node_built; then log "using cached kubelet and kube-scheduler in $BIN"; return; fi
+  local started=$SECONDS work k8s
+  prepare_tree
+  go_build kubelet kube-scheduler
+  cd /
+  [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
+  log "built kubelet and kube-scheduler in $((SECONDS - started))s into $BIN"
 }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -284,10 +310,11 @@ EOF
 
 case "${1:-}" in
   build) build ;;
+  build-node) build_node ;;
   up) up ;;
   down) down ;;
   restart) down_processes; up ;;
   status) apiserver_ready ;;
   env) print_env ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

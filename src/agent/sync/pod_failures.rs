@@ -45,7 +45,11 @@ pub fn from_pod(workspace: WorkspaceKey, status: &PodStatus, grace: SignedDurati
                 let exit = last.map_or("exited".to_string(), |t| {
                     format!("{} (exit {})", t.reason.as_deref().unwrap_or("exited"), t.exit_code)
                 });
-                let detail = format!("container {name:?} {exit}, restarted {} times", container.restart_count);
+                let restarts = match container.restart_count {
+                    1 => "once".to_string(),
+                    n => format!("{n} times"),
+                };
+                let detail = format!("container {name:?} {exit}, restarted {restarts}");
                 return failure(WorkloadFailure::new(FailureReason::CrashLoop, &detail), None);
             }
             "CreateContainerConfigError" | "CreateContainerError" => {

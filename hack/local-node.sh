@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# A real node for the local cluster: containerd, runc and the CNI plugins from Debian, and a
+# kubelet and kube-scheduler built from the same Debian source as the apiserver.
+#
+#   hack/local-node.sh up      start the node against hack/local-cluster.sh's apiserver; wait for Ready
+#   hack/local-node.sh down    stop only what up started, by PID, and remove the node's state
+#   hack/local-node.sh status  exit 0 when the node is Ready
+#   hack/local-node.sh import IMAGE.tar   import an image (hack/mkimage.py) into the node
+#
+# Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
+# localhost/pause:1 and localhost/busybox:1 are built at up. Pods reach the apiserver only with
+# hostNetwork (it listens on 127.0.0.1). The recipe and its limits: docs/ARCHITECTURE.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBE_VERSION=1.20.2
+CACHE_DIR=${WSYNC_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wsync/kube-$KUBE_VERSION}
+BIN=$CACHE_DIR/bin
+CLUSTER=${WSYNC_CLUSTER_DIR:-${TMPDIR:-/tmp}/wsync-cluster}
+STATE=${WSYNC_NODE_DIR:-${TMPDIR:-/tmp}/wsync-node}
+NODE_IP=10.250.250.1
+NODE_LINK=wsync-node0
+CNI_BRIDGE=wsync-cni0
+SOCKET=/run/containerd/containerd.sock
+KUBECONFIG=$CLUSTER/admin.kubeconfig
+export KUBECONFIG
+SYSCTLS=(net.ipv4.ip_forward kernel.panic kernel.panic_on_oops vm.overcommit_memory)
+# Paths kubelet and containerd use whatever their configuration says; removed at down only
+# when up created them.
+HOST_PATHS=(/run/containerd /var/log/pods /var/log/containers /var/lib/kubelet)
+
+log() { printf '[local-node] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+node_ready() {
+  [ "$(kubectl get node "$NODE_IP" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+check_machine() {
+  [ "$(id -u)" = 0 ] || die "a node needs root (containerd, network namespaces, cgroups)"
+  [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] || die "kubelet 1.20 needs cgroup v1; this machine has cgroup v2 only"
+  hack/local-cluster.sh status || die "no local apiserver: run hack/local-cluster.sh up first"
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  [ -x /bin/busybox ] || missing+=(busybox-static)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing: ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  hack/local-cluster.sh build-node
+}
+
+write_configs() {
+  mkdir -p "$STATE"/{logs,cni/net.d,cni/ipam,kubelet,containerd,images}
+  cat >"$STATE/containerd.toml" <<TOML
+version = 2
+root = "$STATE/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "$SOCKET"
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "localhost/pause:1"
+    # Without CAP_SYS_RESOURCE (these VMs), no OOM score below containerd's own.
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "$STATE/cni/net.d"
+TOML
+  cat >"$STATE/cni/net.d/10-wsync.conflist" <<JSON
+{"cniVersion": "0.4.0", "name": "wsync-node", "plugins": [
+  {"type": "bridge", "bridge": "$CNI_BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$STATE/cni/ipam",
+            "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+  # Anonymous and AlwaysAllow, bound to a host-local address only: the local apiserver has
+  # no client certificate for kubelets.
+  cat >"$STATE/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failSwapOn: false
+makeIPTablesUtilChains: false
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+nodeStatusUpdateFrequency: 10s
+containerLogMaxSize: 1Mi
+volumePluginDir: $STATE/kubelet/volume-plugins
+YAML
+}
+
+build_images() {
+  local dir=$STATE/images
+  cat >"$dir/pause.c" <<'C'
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void stop(int sig) { (void)sig; exit(0); }
+int main(void) {
+  signal(SIGINT, stop);
+  signal(SIGTERM, stop);
+  for (;;) pause();
+}
+C
+  gcc -Os -static -o "$dir/pause" "$dir/pause.c"
+  python3 hack/mkimage.py "$dir/pause.tar" localhost/pause:1 --file "$dir/pause:pause" \
+    --entrypoint '["/pause"]' --user 65535:65535
+  local links=() applet
+  for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || links+=("--link=/bin/busybox:/bin/$applet")
+  done
+  python3 hack/mkimage.py "$dir/busybox.tar" localhost/busybox:1 --file /bin/busybox:bin/busybox \
+    --cmd '["sh"]' "${links[@]}"
+  import_image "$dir/pause.tar"
+  import_image "$dir/busybox.tar"
+}
+
+import_image() {
+  ctr --address "$SOCKET" -n k8s.io images import "$1" >/dev/null
+}
+
+# The default StorageClass: the controller manager's hostPath provisioner makes a volume for
+# each claim (a workspace's home), under /tmp/hostpath_pv, and deletes it with the claim.
+make_storage_class() {
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: wsync-local-hostpath
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+  labels: {wsync.dev/local-node: "true"}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+YAML
+}
+
+up() {
+  if pid_alive "$STATE/kubelet.pid" && node_ready; then log "already up: node $NODE_IP"; return; fi
+  check_machine
+  down_processes
+  write_configs
+  : >"$STATE/created"
+  local path name
+  for path in "${HOST_PATHS[@]}"; do [ -e "$path" ] || echo "$path" >>"$STATE/created"; done
+  [ -f "$STATE/sysctl.saved" ] || for name in "${SYSCTLS[@]}"; do echo "$name=$(sysctl -n "$name")"; done >"$STATE/sysctl.saved"
+  sysctl -qw net.ipv4.ip_forward=1
+
+  containerd --config "$STATE/containerd.toml" >"$STATE/logs/containerd.log" 2>&1 &
+  echo $! >"$STATE/containerd.pid"
+  for _ in $(seq 1 50); do [ -S "$SOCKET" ] && break; sleep 0.2; done
+  [ -S "$SOCKET" ] || die "containerd did not start (see $STATE/logs/containerd.log)"
+  build_images
+
+  ip link show "$NODE_LINK" >/dev/null 2>&1 || ip link add "$NODE_LINK" type bridge
+  ip addr replace "$NODE_IP/32" dev "$NODE_LINK"
+  ip link set "$NODE_LINK" up
+
+  "$BIN/kubelet" --config="$STATE/kubelet.yaml" --kubeconfig="$KUBECONFIG" \
+    --container-runtime=remote --container-runtime-endpoint="unix://$SOCKET" \
+    --root-dir="$STATE/kubelet" --cert-dir="$STATE/kubelet/pki" \
+    --hostname-override="$NODE_IP" --node-ip="$NODE_IP" --v=1 >"$STATE/logs/kubelet.log" 2>&1 &
+  echo $! >"$STATE/kubelet.pid"
+  "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG" --authentication-kubeconfig="$KUBECONFIG" \
+    --authorization-kubeconfig="$KUBECONFIG" --leader-elect=false --port=0 --secure-port=0 \
+    >"$STATE/logs/kube-scheduler.log" 2>&1 &
+  echo $! >"$STATE/scheduler.pid"
+  # The node's own controllers: the not-ready taint lifted, claims bound, orphaned Pods removed.
+  "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" \
+    --controllers=persistentvolume-binder,podgc,nodelifecycle --enable-taint-manager=false \
+    --enable-hostpath-provisioner \
+    --leader-elect=false --secure-port=0 --port=0 >"$STATE/logs/kube-controller-manager.log" 2>&1 &
+  echo $! >"$STATE/kcm.pid"
+
+  for _ in $(seq 1 90); do
+    node_ready && break
+    pid_alive "$STATE/kubelet.pid" || { tail -20 "$STATE/logs/kubelet.log" >&2; die "kubelet exited"; }
+    sleep 1
+  done
+  node_ready || die "node $NODE_IP not Ready after 90s (see $STATE/logs)"
+  make_storage_class
+  log "ready: node $NODE_IP (images localhost/pause:1, localhost/busybox:1)"
+}
+
+stop_pid() {
+  local file=$1 pid
+  [ -f "$file" ] || return 0
+  pid=$(cat "$file")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
+down_processes() {
+  stop_pid "$STATE/scheduler.pid"
+  if pid_alive "$STATE/kubelet.pid"; then
+    # The kubelet tears its Pods down (CNI DEL included) before it stops.
+    kubectl delete pods -A --field-selector "spec.nodeName=$NODE_IP" --force --grace-period=0 >/dev/null 2>&1 || true
+    for _ in $(seq 1 30); do
+      [ -z "$(ctr --address "$SOCKET" -n k8s.io tasks ls -q 2>/dev/null)" ] && break
+      sleep 0.5
+    done
+  fi
+  stop_pid "$STATE/kcm.pid"
+  stop_pid "$STATE/kubelet.pid"
+  stop_pid "$STATE/containerd.pid"
+  pkill -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+}
+
+down() {
+  kubectl delete node "$NODE_IP" --ignore-not-found >/dev/null 2>&1 || true
+  kubectl delete storageclass -l wsync.dev/local-node=true --ignore-not-found >/dev/null 2>&1 || true
+  down_processes
+  local mount
+  for mount in $(awk '{print $2}' /proc/mounts | grep -E "^($STATE|/run/containerd)" | sort -r); do
+    umount -l "$mount" 2>/dev/null || true
+  done
+  ip netns list 2>/dev/null | awk '/^cni-/{print $1}' | xargs -r -n1 ip netns del 2>/dev/null || true
+  ip link del "$CNI_BRIDGE" 2>/dev/null || true
+  ip link del "$NODE_LINK" 2>/dev/null || true
+  if [ -f "$STATE/sysctl.saved" ]; then
+    local line; while read -r line; do sysctl -qw "$line" || true; done <"$STATE/sysctl.saved"
+  fi
+  if [ -f "$STATE/created" ]; then
+    local path; while read -r path; do rm -rf "$path"; done <"$STATE/created"
+  fi
+  rm -rf "$STATE"
+  log "stopped"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) node_ready ;;
+  import) import_image "${2:?an image tarball}" ;;
+  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
