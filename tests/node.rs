@@ -25,22 +25,23 @@ fn node_up() -> bool {
     ready
 }
 
-fn workspace_image() {
-    static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    IMPORTED.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let tar = dir.path().join("workspace.tar");
-        let built = Command::new("python3")
-            .arg(format!("{ROOT}/hack/mkimage.py"))
-            .arg(&tar)
-            .args([WORKSPACE_IMAGE, "--file", "/bin/busybox:bin/busybox", "--link", "/bin/busybox:bin/sleep"])
-            .args(["--cmd", r#"["sleep", "2147483647"]"#, "--user", "65532:65532"])
-            .status()
-            .expect("python3");
-        assert!(built.success());
-        let imported = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("import").arg(&tar).status();
-        assert!(imported.is_ok_and(|s| s.success()), "importing {WORKSPACE_IMAGE}");
-    });
+/// A memory hog: reads /dev/zero into memory until the kernel kills it.
+const MEMORY_HOG_IMAGE: &str = "localhost/memhog:1";
+
+/// Build `image` (busybox running `command`, as a non-root user) and import it into the node.
+fn busybox_image(image: &str, applet: &str, command: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tar = dir.path().join("image.tar");
+    let built = Command::new("python3")
+        .arg(format!("{ROOT}/hack/mkimage.py"))
+        .arg(&tar)
+        .args([image, "--file", "/bin/busybox:bin/busybox", "--link", &format!("/bin/busybox:bin/{applet}")])
+        .args(["--cmd", command, "--user", "65532:65532"])
+        .status()
+        .expect("python3");
+    assert!(built.success());
+    let imported = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("import").arg(&tar).status();
+    assert!(imported.is_ok_and(|s| s.success()), "importing {image}");
 }
 
 struct Node {
@@ -90,7 +91,7 @@ async fn a_workspace_really_runs_stops_starts_and_terminates() {
     if !node_up() {
         return;
     }
-    workspace_image();
+    busybox_image(WORKSPACE_IMAGE, "sleep", r#"["sleep", "2147483647"]"#);
     let node = Node::start("nd");
     let created = Instant::now();
     node.cli(&["create", "alice", "--image", WORKSPACE_IMAGE]);
@@ -124,15 +125,21 @@ async fn real_failures_say_why() {
     if !node_up() {
         return;
     }
+    busybox_image(MEMORY_HOG_IMAGE, "tail", r#"["tail", "/dev/zero"]"#);
     let node = Node::start("nf");
     // Nothing answers for this registry: ErrImagePull, then the kubelet backs off.
     node.cli(&["create", "nope", "--image", "registry.invalid/nope:1"]);
     // busybox's default command, `sh`, exits at once: the kubelet restarts it, then backs off.
     node.cli(&["create", "quits", "--image", "localhost/busybox:1"]);
-    for (name, reason) in [("nope", "ImagePull: "), ("quits", "CrashLoop: ")] {
+    // Past its 16Mi limit the kernel kills it; the kubelet restarts it, then backs off.
+    node.cli(&["create", "hog", "--image", MEMORY_HOG_IMAGE, "--memory", "16Mi", "--cpu", "200m"]);
+    for (name, said) in [("nope", "ImagePull: "), ("quits", "CrashLoop: "), ("hog", "CrashLoop: ")] {
         let failing = node.wait(name, "to say why it fails", |w| w["actual_state"] == "Error").await;
         let message = failing["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.starts_with(reason), "{name}: {failing}");
+        assert!(message.starts_with(said), "{name}: {failing}");
+        if name == "hog" {
+            assert!(message.contains("OOMKilled (exit 137)"), "{message}");
+        }
         assert_eq!(failing["error"]["error_type"], "kubernetes");
         eprintln!("{name}: {message}");
     }
