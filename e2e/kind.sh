@@ -48,7 +48,7 @@ kubectl apply -k manifests/
 kubectl -n wsync-system create secret generic wsync-agent-token --from-literal=token="$token"
 kubectl -n wsync-system set image deployment/wsync-agent agent="$image"
 kubectl -n wsync-system set env deployment/wsync-agent WSYNC_AGENT_ID=e2e \
-  WSYNC_CONTROL_PLANE_URL="http://$host_ip:18080"
+  WSYNC_CONTROL_PLANE_URL="http://$host_ip:18080" WSYNC_ALLOW_INSECURE_CONTROL_PLANE=true
 kubectl -n wsync-system rollout status deployment/wsync-agent --timeout=180s
 
 wait_for() {

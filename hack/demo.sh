@@ -35,6 +35,10 @@ write_stop() {
 cd "$PWD"
 eval "\$(hack/local-cluster.sh env)"
 for pid in ${pids[*]}; do kill "\$pid" 2>/dev/null || true; done
+# An agent still shutting down would write its WorkspaceSyncStatus again.
+for pid in ${pids[*]}; do
+  for _ in \$(seq 1 100); do kill -0 "\$pid" 2>/dev/null || break; sleep 0.1; done
+done
 kubectl delete namespace -l agent.gitlab.com/id=demo --wait=false >/dev/null 2>&1 || true
 kubectl -n wsync-system delete wss demo --ignore-not-found >/dev/null 2>&1 || true
 $([ "$started_cluster" = 1 ] && echo "hack/local-cluster.sh down")

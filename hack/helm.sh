@@ -4,6 +4,8 @@
 # cache. Usage: hack/helm.sh render CHART VALUES_JSON NAMESPACE | hack/helm.sh lint CHART VALUES_JSON
 set -euo pipefail
 VERSION=0.2.2
+# helm_python_sdk-0.2.2-py3-none-manylinux_2_28_x86_64.whl, the wheel for these machines.
+WHEEL_SHA256=28cc13abaf134c3a7e37f070c939be8d9cdc9825c3c8b8b2d35161073bcd4578
 CACHE_DIR=${WSYNC_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wsync/helm-python-sdk-$VERSION}
 if [ ! -d "$CACHE_DIR/helm_python" ]; then
   mkdir -p "$(dirname "$CACHE_DIR")"
@@ -12,8 +14,10 @@ if [ ! -d "$CACHE_DIR/helm_python" ]; then
   flock 9
   if [ ! -d "$CACHE_DIR/helm_python" ]; then
     rm -rf "$CACHE_DIR.tmp"
-    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-      --target "$CACHE_DIR.tmp" "helm-python-sdk==$VERSION" >&2
+    # Pinned by hash: the wheel carries a native library (Helm's Go SDK).
+    echo "helm-python-sdk==$VERSION --hash=sha256:$WHEEL_SHA256" >"$CACHE_DIR.requirements"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --require-hashes \
+      --only-binary=:all: --target "$CACHE_DIR.tmp" -r "$CACHE_DIR.requirements" >&2
     rm -rf "$CACHE_DIR" && mv "$CACHE_DIR.tmp" "$CACHE_DIR"
   fi
   flock -u 9

@@ -258,6 +258,9 @@ async fn sqlite_reconciles_committed_together_fail_alone() {
 async fn sqlite_in_memory_is_refused_with_a_reason() {
     let error = Store::connect("sqlite::memory:").await.err().expect("refused");
     assert!(error.to_string().contains("in memory"), "{error}");
+    let stray = std::fs::read_dir(".").expect("the working directory").flatten();
+    let stray: Vec<_> = stray.filter(|e| e.file_name().to_string_lossy().starts_with("sqlx-in-memory")).collect();
+    assert!(stray.is_empty(), "no file left behind: {stray:?}");
 }
 
 #[tokio::test]

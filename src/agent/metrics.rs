@@ -173,6 +173,25 @@ impl Metrics {
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
         self.leading_cycle_done.store(false, Ordering::Relaxed);
+        if !leading {
+            // A follower holds no ledger: what it showed as leader would outlive its term in
+            // the alerts (max over replicas) and hide the new leader's.
+            self.pending_errors.set(0);
+            self.terminations_stuck.set(0);
+        }
+    }
+
+    /// A new term starts from the ledger's record, so that an agent that never succeeds after
+    /// a restart still shows how long ago it last did, and the intervals to judge that by.
+    pub fn restored(&self, ledger: &crate::agent::sync::ledger::Ledger) {
+        self.set_intervals(ledger.partial_interval(), ledger.full_interval());
+        let seconds = |t: jiff::Timestamp| t.as_millisecond() as f64 / 1000.0;
+        for (update_type, last) in [("full", ledger.last_full_sync), ("partial", ledger.last_partial_sync)] {
+            let label = UpdateTypeLabel { update_type: update_type.into() };
+            if let Some(last) = last {
+                self.last_success.get_or_create(&label).set(seconds(last));
+            }
+        }
     }
 
     pub fn cycle_started(&self, update_type: crate::protocol::UpdateType) {

@@ -323,6 +323,7 @@ async fn lead(
         tracing::info!(agent = %args.agent_id, namespace = %args.namespace, "created the WorkspaceSyncStatus");
     }
     let ledger = Ledger::restore(wss.status.as_ref());
+    metrics.restored(&ledger);
     tracing::info!(
         agent = %args.agent_id,
         epoch = ledger.errors().epoch(),

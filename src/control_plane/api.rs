@@ -41,6 +41,8 @@ pub struct AppState {
     pub reconcile_path: String,
     pub prerequisites_path: String,
     pub metrics: super::metrics::Metrics,
+    /// The SHA-256 of the token `/metrics` wants; None serves no metrics.
+    pub metrics_token: Option<String>,
 }
 
 impl AppState {
@@ -55,6 +57,7 @@ impl AppState {
             reconcile_path: crate::protocol::RECONCILE_PATH.into(),
             prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
             metrics: super::metrics::Metrics::default(),
+            metrics_token: None,
         }
     }
 
@@ -123,10 +126,17 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Prometheus text; unauthenticated like /healthz (it names agents and counts, no secrets).
-async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult {
-    let workspaces = state.store.workspace_counts().await?;
-    let text = state.metrics.encode(&workspaces);
+/// Prometheus text, for the bearer of `--metrics-token-file`'s token only: it names every
+/// agent and counts the fleet's workspaces.
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let Some(wanted) = &state.metrics_token else {
+        return Err(not_found("no metrics: start the control plane with --metrics-token-file"));
+    };
+    let given = bearer(&headers).ok_or_else(unauthorized)?;
+    if !super::store::same_secret(wanted, &hash_token(given)) {
+        return Err(unauthorized());
+    }
+    let text = state.metrics.encode(&state.store).await?;
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }
 

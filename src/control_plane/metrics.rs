@@ -1,15 +1,19 @@
 //! The control plane's `/metrics` (Prometheus text): reconciles by agent and result, their
-//! duration and the database's share of it, and workspaces by actual state, counted when
-//! scraped. The agent label takes only authenticated agents' ids, so its values are bounded
-//! by the agents registered.
+//! duration and the database's share of it, and workspaces by actual state, counted at most
+//! every ten seconds however often it is scraped. The agent label takes only authenticated
+//! agents' ids, so its values are bounded by the agents registered.
 
+use super::store::{Store, StoreResult};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a count of the workspaces serves scrapes.
+const COUNTS_FRESH_FOR: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReconcileLabels {
@@ -27,6 +31,8 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     database_duration: Histogram,
     workspaces: Family<StateLabel, Gauge>,
+    /// When the workspaces were last counted; one scrape at a time counts and encodes.
+    counted: tokio::sync::Mutex<Option<Instant>>,
     registry: Registry,
 }
 
@@ -49,7 +55,14 @@ impl Default for Metrics {
             database_duration.clone(),
         );
         registry.register("workspaces", "Workspaces by actual state", workspaces.clone());
-        Self { reconciles, reconcile_duration, database_duration, workspaces, registry }
+        Self {
+            reconciles,
+            reconcile_duration,
+            database_duration,
+            workspaces,
+            counted: tokio::sync::Mutex::new(None),
+            registry,
+        }
     }
 }
 
@@ -71,16 +84,21 @@ impl Metrics {
         self.database_duration.observe(took.as_secs_f64());
     }
 
-    /// The text to serve, with the workspace counts just read.
-    pub fn encode(&self, workspaces: &[(String, i64)]) -> String {
-        self.workspaces.clear();
-        for (state, count) in workspaces {
-            self.workspaces.get_or_create(&StateLabel { state: state.clone() }).set(*count);
+    /// The text to serve, the workspaces counted again when the last count is stale.
+    pub async fn encode(&self, store: &Store) -> StoreResult<String> {
+        let mut counted = self.counted.lock().await;
+        if counted.is_none_or(|at| at.elapsed() > COUNTS_FRESH_FOR) {
+            let workspaces = store.workspace_counts().await?;
+            self.workspaces.clear();
+            for (state, count) in workspaces {
+                self.workspaces.get_or_create(&StateLabel { state }).set(count);
+            }
+            *counted = Some(Instant::now());
         }
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             text.clear();
         }
-        text
+        Ok(text)
     }
 }

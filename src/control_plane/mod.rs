@@ -105,6 +105,11 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_WORKSPACE_LABEL_KEY", default_value = DEFAULT_WORKSPACE_LABEL_KEY)]
     pub workspace_label_key: String,
 
+    /// A token Prometheus sends as its bearer token to scrape `/metrics`; without it, the
+    /// control plane serves no metrics (they name every agent).
+    #[arg(long, env = "WSYNC_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+
     /// Test builds only: arm this failpoint (`runtime::failpoint`).
     #[arg(long, hide = true)]
     pub failpoint: Option<String>,
@@ -159,6 +164,10 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let state = Arc::new(api::AppState {
         door: access::FrontDoor { allowed_hosts, scheme },
         session_ttl_ms: millis(args.session_ttl),
+        metrics_token: match args.metrics_token_file.as_deref() {
+            Some(path) => Some(store::hash_token(&read_token_file(path)?)),
+            None => None,
+        },
         ..api::AppState::new(store, pipeline, admin)
     });
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -72,7 +72,7 @@ pub fn agent_status(wss: &WorkspaceSyncStatus) -> AgentStatus {
         agent: wss.spec.agent_id.clone(),
         synced: synced.map_or("Unknown".into(), |c| c.status.clone()),
         reason: synced.map_or(String::new(), |c| c.reason.clone()),
-        message: synced.map_or(String::new(), |c| printable(&c.message)),
+        message: synced.map_or(String::new(), |c| c.message.clone()),
         paused: wss.spec.paused,
         partial_interval_seconds: status.partial_reconciliation_interval_seconds,
         full_interval_seconds: status.full_reconciliation_interval_seconds,
@@ -100,7 +100,7 @@ pub fn errors(wss: &WorkspaceSyncStatus, now: Timestamp) -> Vec<ErrorRow> {
             message: status
                 .error_messages
                 .get(usize::try_from(e.message).unwrap_or(usize::MAX))
-                .map_or_else(|| "(message missing from the status)".into(), |m| printable(m)),
+                .map_or_else(|| "(message missing from the status)".into(), Clone::clone),
         })
         .collect()
 }
@@ -155,8 +155,11 @@ pub fn age(seconds: i64) -> String {
     }
 }
 
-/// A kubectl-style table: upper-case headers, columns three spaces apart.
+/// A kubectl-style table: upper-case headers, columns three spaces apart. Every cell is
+/// made printable here: a status is anyone's to edit, and JSON and YAML keep its text as is.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(|cell| printable(cell)).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

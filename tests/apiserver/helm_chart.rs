@@ -117,12 +117,17 @@ fn with_its_defaults_the_chart_gives_the_manifests_objects() {
         "the chart's alert rules"
     );
 
-    // The schema refuses what the agent would refuse later.
-    let refused = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/helm.sh"))
-        .args(["render", CHART, r#"{"policy": {"podSecurityLevel": "none"}}"#, AGENT_NAMESPACE])
-        .output()
-        .expect("hack/helm.sh");
-    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("podSecurityLevel"));
+    // The schema refuses what the agent would refuse at start.
+    for (values, named) in [
+        (r#"{"policy": {"podSecurityLevel": "none"}}"#, "podSecurityLevel"),
+        (r#"{"controlPlane": {"url": "http://cp.example:8080"}}"#, "/controlPlane/url"),
+    ] {
+        let refused = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/helm.sh"))
+            .args(["render", CHART, values, AGENT_NAMESPACE])
+            .output()
+            .expect("hack/helm.sh");
+        assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains(named), "{values}");
+    }
 }
 
 /// The Deployment's container as the agent process: its args, and its env with the

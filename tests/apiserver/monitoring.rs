@@ -86,11 +86,16 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported() {
     assert!(missing.is_empty(), "named but not exported: {missing:?}\n{metrics}");
 }
 
-/// The control plane's own /metrics: reconciles by agent and result, their duration, the
-/// database's, and workspaces by actual state.
+/// The control plane's own /metrics, for the bearer of its metrics token only: reconciles by
+/// agent and result, their duration, the database's, and workspaces by actual state.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_control_plane_exports_reconciles_and_workspaces() {
-    let system = crate::support::system::System::start("cm").await;
+    let mut system = crate::support::system::System::start("cm").await;
+    let url = format!("{}/metrics", system.control_plane.url);
+    assert_eq!(reqwest::get(&url).await.expect("GET").status(), 404, "no metrics without a metrics token");
+    let token_file = system.control_plane.admin_token_file.with_extension("metrics-token");
+    std::fs::write(&token_file, "scrape-me").expect("the metrics token");
+    system.control_plane.restart_with(&["--metrics-token-file", &token_file.display().to_string()]);
     system.cli(&["create", "ann", "--image", "registry.example.com/ide:1"]);
     system.wait_actual("ann", "Running").await;
     let refused = reqwest::Client::new()
@@ -101,8 +106,12 @@ async fn the_control_plane_exports_reconciles_and_workspaces() {
         .await
         .expect("the control plane");
     assert_eq!(refused.status(), 401);
-    let metrics =
-        reqwest::get(format!("{}/metrics", system.control_plane.url)).await.expect("GET").text().await.expect("text");
+    let client = reqwest::Client::new();
+    let refused = client.get(&url).bearer_auth("guess").send().await.expect("GET");
+    assert_eq!(refused.status(), 401, "a wrong token");
+    let scraped = client.get(&url).bearer_auth("scrape-me").send().await.expect("GET");
+    assert_eq!(scraped.status(), 200);
+    let metrics = scraped.text().await.expect("text");
     let sample = |name: &str| -> f64 {
         metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
     };

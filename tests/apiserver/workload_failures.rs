@@ -145,7 +145,9 @@ async fn an_unacknowledged_pod_failure_survives_kill_9() {
     let (_, after) = stub.wait_for("the restarted agent's first cycle", before, LONG, |_| true).await;
     assert!(is_full(&after), "a restart begins with a full cycle");
     assert_eq!(carried(&after).map(|e| e.error_message), Some(error.error_message), "carried again, unchanged");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Restored in the first cycle after the restart; a new failure would say so by now.
+    let seen = stub.count();
+    stub.wait_for("three more cycles", seen + 3, LONG, |_| true).await;
     let logs = agent.logs();
     let failing_again =
         logs[logs_before.min(logs.len())..].lines().filter(|l| l.contains("workload is failing")).count();

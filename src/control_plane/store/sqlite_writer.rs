@@ -39,9 +39,7 @@ impl SqliteWriter {
     /// Open a connection of its own to the database at `url`, which sqlx has created and
     /// migrated, and start the thread.
     pub fn open(url: &str) -> StoreResult<Self> {
-        if url.contains(":memory:") || url.contains("mode=memory") {
-            return Err(StoreError::Writer(format!("{url}: SQLite in memory is not supported; give a file")));
-        }
+        refuse_in_memory(url)?;
         let options = SqliteConnectOptions::from_str(url)?;
         let connection = Connection::open(options.get_filename())?;
         // The same settings as the pool's (store/mod.rs). rusqlite waits 5 s for a busy database.
@@ -59,6 +57,8 @@ impl SqliteWriter {
     /// or filesystem): sqlx's pool would retry "unable to open database file" until its
     /// timeout, and a control plane that can only read would fail every reconcile.
     pub fn check_writable(url: &str) -> StoreResult<()> {
+        // Before any file is opened: rusqlite would open sqlx's in-memory name as a file.
+        refuse_in_memory(url)?;
         let options = SqliteConnectOptions::from_str(url)?;
         let path = options.get_filename();
         let unwritable =
@@ -93,6 +93,15 @@ impl SqliteWriter {
         self.jobs.send(Job { agent, request, config, clock, reply }).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
+}
+
+/// The writer needs a connection of its own to the pool's database: one in memory is the
+/// pool's alone.
+fn refuse_in_memory(url: &str) -> StoreResult<()> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return Err(StoreError::Writer(format!("{url}: SQLite in memory is not supported; give a file")));
+    }
+    Ok(())
 }
 
 fn run(mut connection: Connection, mut queue: mpsc::Receiver<Job>) {

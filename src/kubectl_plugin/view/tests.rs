@@ -64,8 +64,23 @@ fn each_workspace_is_in_sync_behind_or_gone_with_its_termination_and_error() {
     );
     let b = rows[1].error.as_ref().expect("b's error");
     assert_eq!((b.error_type.as_str(), b.age_seconds), ("applier", 90));
-    assert_eq!(b.message, "quota \\u{1b}[2Jexceeded", "no escape sequence reaches the terminal");
+    assert_eq!(b.message, "quota \u{1b}[2Jexceeded", "the data as it is, for JSON and YAML");
+    let shown = workspaces_table(&rows, true);
+    assert!(
+        shown.contains("quota \\u{1b}[2Jexceeded") && !shown.contains('\u{1b}'),
+        "no escape sequence reaches the terminal"
+    );
     assert_eq!(rows[4].error.as_ref().map(|e| e.message.as_str()), Some("(message missing from the status)"));
+}
+
+#[test]
+fn every_cell_of_a_hand_edited_status_is_printable() {
+    let mut status = ledger();
+    // A workspace key with a bidirectional override, which would show the name reversed.
+    status.acknowledged.insert("ns-z/\u{202E}evil".into(), "1".into());
+    let rows = workspaces(&wss(status), &BTreeMap::new(), at(1_000));
+    let shown = workspaces_table(&rows, false);
+    assert!(!shown.contains('\u{202E}') && shown.contains("\\u{202e}evil"), "{shown}");
 }
 
 #[test]
