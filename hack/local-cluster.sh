@@ -26,6 +26,8 @@ AGENT_TOKEN=wsync-agent-token
 
 log() { printf '[local-cluster] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=hack/processes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/processes.sh"
 
 built() { [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/etcd" ]; }
 
@@ -135,8 +137,6 @@ build_node() {
   [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
   log "built kubelet and kube-scheduler in $((SECONDS - started))s into $BIN"
 }
-
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 apiserver_ready() {
   curl -fsS --max-time 2 --cacert "$STATE_DIR/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
@@ -272,19 +272,6 @@ start_controller_manager() {
     --kube-api-qps=300 --kube-api-burst=600 --concurrent-deployment-syncs=10 --concurrent-namespace-syncs=20 \
     >"$STATE_DIR/logs/kube-controller-manager.log" 2>&1 &
   echo $! >"$STATE_DIR/kcm.pid"
-}
-
-stop_pid() {
-  local file=$1 pid i
-  [ -f "$file" ] || return 0
-  pid=$(cat "$file")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
-  rm -f "$file"
 }
 
 down_processes() {

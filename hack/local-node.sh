@@ -31,8 +31,8 @@ HOST_PATHS=(/run/containerd /var/log/pods /var/log/containers /var/lib/kubelet)
 
 log() { printf '[local-node] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
+# shellcheck source=hack/processes.sh
+source hack/processes.sh  # the cwd is the repository (above)
 node_ready() {
   [ "$(kubectl get node "$NODE_IP" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -201,18 +201,6 @@ up() {
   node_ready || die "node $NODE_IP not Ready after 90s (see $STATE/logs)"
   make_storage_class
   log "ready: node $NODE_IP (images localhost/pause:1, localhost/busybox:1)"
-}
-
-stop_pid() {
-  local file=$1 pid
-  [ -f "$file" ] || return 0
-  pid=$(cat "$file")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$file"
 }
 
 down_processes() {
