@@ -3,15 +3,19 @@
 # SQLite, the wsync agent, and a sample workspace taken through its life. It leaves nothing
 # running when it exits, unless given --keep: then the cluster, the control plane, the agent
 # and a running workspace stay, to explore, and it prints how to stop them.
+# With --node (root, cgroup v1) or a node already up (hack/local-node.sh), the workspace's Pod
+# really runs, in containerd; otherwise a kubelet stand-in marks it Ready.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-keep=0
-case "${1:-}" in
-  --keep) keep=1 ;;
-  "") ;;
-  *) echo "usage: hack/demo.sh [--keep]" >&2; exit 2 ;;
-esac
+keep=0 node=0
+for arg in "$@"; do
+  case "$arg" in
+    --keep) keep=1 ;;
+    --node) node=1 ;;
+    *) echo "usage: hack/demo.sh [--keep] [--node]" >&2; exit 2 ;;
+  esac
+done
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
@@ -24,6 +28,13 @@ if ! hack/local-cluster.sh status; then
   started_cluster=1
 fi
 eval "$(hack/local-cluster.sh env)"
+started_node=0
+if [ "$node" = 1 ] && ! hack/local-node.sh status; then
+  step "Starting a local node: kubelet and containerd (kubelet built the first time: ~4 min)"
+  hack/local-node.sh up
+  started_node=1
+fi
+hack/local-node.sh status && node=1
 
 work=$(mktemp -d)
 pids=()
@@ -41,6 +52,7 @@ for pid in ${pids[*]}; do
 done
 kubectl delete namespace -l agent.gitlab.com/id=demo --wait=false >/dev/null 2>&1 || true
 kubectl -n wsync-system delete wss demo --ignore-not-found >/dev/null 2>&1 || true
+$([ "$started_node" = 1 ] && echo "hack/local-node.sh down")
 $([ "$started_cluster" = 1 ] && echo "hack/local-cluster.sh down")
 rm -rf "$work"
 STOP
@@ -80,10 +92,20 @@ step "Registering an agent; the control plane answers with its token, once"
 $wsync agents register demo -o json | sed -n 's/.*"token":"\([^"]*\)".*/\1/p' >"$work/token"
 say "token saved to $work/token"
 
-step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
+image=busybox:1.36
+if [ "$node" = 1 ]; then
+  step "Starting the agent; workspaces run on the local node ($(kubectl get nodes -o name))"
+  # A workspace image without a registry: busybox sleeping, as a non-root user.
+  python3 hack/mkimage.py "$work/workspace.tar" localhost/workspace:1 --file /bin/busybox:bin/busybox \
+    --link /bin/busybox:bin/sleep --cmd '["sleep", "2147483647"]' --user 65532:65532
+  hack/local-node.sh import "$work/workspace.tar"
+  image=localhost/workspace:1
+else
+  step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
+  background target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1
+fi
 background $wsync agent --agent-id demo --namespace wsync-system --control-plane-url "$WSYNC_SERVER" \
   --token-file "$work/token" >"$work/agent.log" 2>&1
-background target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1
 
 wait_for() {
   local want=$1 name=${2:-alice}
@@ -97,13 +119,15 @@ wait_for() {
 }
 
 step "Creating workspace alice"
-$wsync workspaces create alice --image busybox:1.36 --cpu 100m --memory 64Mi
+$wsync workspaces create alice --image "$image" --cpu 100m --memory 64Mi
 wait_for Running
 $wsync workspaces list
 echo
 kubectl -n wsync-system get wss demo
 echo
 kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap,networkpolicy
+echo
+kubectl -n wsync-demo-alice get pods -o wide
 
 step "Stopping alice: the agent scales it to 0 and reports it Stopped"
 $wsync workspaces stop alice >/dev/null
@@ -124,7 +148,7 @@ if [ "$keep" = 0 ]; then
 fi
 
 step "Creating workspace bob, and leaving it all running (--keep)"
-$wsync workspaces create bob --image busybox:1.36 --cpu 100m --memory 64Mi >/dev/null
+$wsync workspaces create bob --image "$image" --cpu 100m --memory 64Mi >/dev/null
 wait_for Running bob
 $wsync workspaces list
 write_stop

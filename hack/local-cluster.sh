@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1, built from Debian's own packages.
 #
-#   hack/local-cluster.sh build   build etcd, kube-apiserver and kube-controller-manager once (cached)
+#   hack/local-cluster.sh build   build etcd, kube-apiserver and kube-controller-manager once (cached);
+#                                 with WSYNC_NODE=1 also kubelet and kube-scheduler
 #   hack/local-cluster.sh build-node  build kubelet and kube-scheduler once (hack/local-node.sh)
 #   hack/local-cluster.sh up      build if needed, then start them; idempotent
 #   hack/local-cluster.sh down    stop them and wipe the state
@@ -118,6 +119,8 @@ build() {
     --report-filename "$work/openapi-report.txt" >/dev/null 2>&1 \
     || die "openapi-gen failed"
   go_build kube-apiserver kube-controller-manager
+  # The node's binaries share this tree and its Go cache: minutes cheaper than apart.
+  [ "${WSYNC_NODE:-}" != 1 ] || node_built || go_build kubelet kube-scheduler
   cd /
   "$BIN/kube-apiserver" --version
   [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
@@ -160,7 +163,8 @@ make_pki() {
     -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
   openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
     -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n' >"$pki/san.ext"
+  # 10.250.250.1: hack/local-node.sh's node, where its Pods reach this apiserver.
+  printf 'subjectAltName=IP:127.0.0.1,IP:10.250.250.1,DNS:localhost,DNS:kubernetes.default.svc\n' >"$pki/san.ext"
   openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
     -days 3650 -extfile "$pki/san.ext" -out "$pki/apiserver.crt" 2>/dev/null
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null

@@ -5,11 +5,15 @@
 #   hack/local-node.sh up      start the node against hack/local-cluster.sh's apiserver; wait for Ready
 #   hack/local-node.sh down    stop only what up started, by PID, and remove the node's state
 #   hack/local-node.sh status  exit 0 when the node is Ready
+#   hack/local-node.sh allowed exit 0 when this machine can run a node (root, cgroup v1)
 #   hack/local-node.sh import IMAGE.tar   import an image (hack/mkimage.py) into the node
+#   hack/local-node.sh image [BINARY] [REF]  build the wsync image (default: target/release/wsync,
+#                              localhost/wsync:dev) and import it
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
-# localhost/pause:1 and localhost/busybox:1 are built at up. Pods reach the apiserver only with
-# hostNetwork (it listens on 127.0.0.1). The recipe and its limits: docs/ARCHITECTURE.md.
+# localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
+# Pods reach it at https://10.250.250.1:16443, a forwarder on the node's address (there is no
+# kube-proxy, so set KUBERNETES_SERVICE_HOST/PORT). The recipe and its limits: docs/ARCHITECTURE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +27,7 @@ NODE_LINK=wsync-node0
 CNI_BRIDGE=wsync-cni0
 SOCKET=/run/containerd/containerd.sock
 KUBECONFIG=$CLUSTER/admin.kubeconfig
+APISERVER_PORT=${WSYNC_APISERVER_PORT:-16443}
 export KUBECONFIG
 SYSCTLS=(net.ipv4.ip_forward kernel.panic kernel.panic_on_oops vm.overcommit_memory)
 # Paths kubelet and containerd use whatever their configuration says; removed at down only
@@ -37,16 +42,28 @@ node_ready() {
   [ "$(kubectl get node "$NODE_IP" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
+# Why this machine cannot run a node, if it cannot.
+refusal() {
+  if [ "$(id -u)" != 0 ]; then echo "a node needs root (containerd, network namespaces, cgroups)"
+  elif [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then echo "kubelet 1.20 needs cgroup v1; this machine has cgroup v2 only"
+  elif ! command -v apt-get >/dev/null; then echo "containerd and runc come from Debian's packages: no apt-get here"
+  fi
+}
+
 check_machine() {
-  [ "$(id -u)" = 0 ] || die "a node needs root (containerd, network namespaces, cgroups)"
-  [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] || die "kubelet 1.20 needs cgroup v1; this machine has cgroup v2 only"
+  local refused; refused=$(refusal)
+  [ -z "$refused" ] || die "$refused"
   hack/local-cluster.sh status || die "no local apiserver: run hack/local-cluster.sh up first"
+  openssl x509 -in "$CLUSTER/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$NODE_IP" \
+    || die "the apiserver's certificate does not name $NODE_IP, where Pods reach it: a cluster from an older hack/local-cluster.sh; run hack/local-cluster.sh down, then up"
   local missing=()
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
   [ -x /bin/busybox ] || missing+=(busybox-static)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v socat >/dev/null || missing+=(socat)
+  command -v strip >/dev/null || missing+=(binutils)
   command -v gcc >/dev/null || missing+=(gcc libc6-dev)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing: ${missing[*]}"
@@ -136,6 +153,24 @@ C
   import_image "$dir/busybox.tar"
 }
 
+# The wsync image, as the Dockerfile's runtime stage makes it: the binary (stripped), the shared
+# libraries it links, the CA roots, user 65532; the Pod's securityContext makes the root read-only.
+wsync_image() {
+  local binary=${1:-target/release/wsync} ref=${2:-localhost/wsync:dev} dir lib files=()
+  [ -x "$binary" ] || die "no wsync binary at $binary: cargo build --release"
+  dir=$(mktemp -d)
+  strip -o "$dir/wsync" "$binary"
+  files+=("--file=$dir/wsync:usr/local/bin/wsync")
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do files+=("--file=$(readlink -f "$lib"):$lib"); done
+  [ ! -f /etc/ssl/certs/ca-certificates.crt ] \
+    || files+=("--file=/etc/ssl/certs/ca-certificates.crt:etc/ssl/certs/ca-certificates.crt:0644")
+  python3 hack/mkimage.py "$dir/wsync.tar" "$ref" "${files[@]}" \
+    --entrypoint '["/usr/local/bin/wsync"]' --cmd '["agent"]' --user 65532:65532
+  import_image "$dir/wsync.tar"
+  rm -rf "$dir"
+  log "imported $ref ($binary)"
+}
+
 import_image() {
   ctr --address "$SOCKET" -n k8s.io images import "$1" >/dev/null
 }
@@ -199,11 +234,16 @@ up() {
     sleep 1
   done
   node_ready || die "node $NODE_IP not Ready after 90s (see $STATE/logs)"
+  # The apiserver, for Pods: TLS passes through; its certificate names $NODE_IP.
+  socat "TCP-LISTEN:$APISERVER_PORT,bind=$NODE_IP,fork,reuseaddr" "TCP:127.0.0.1:$APISERVER_PORT" \
+    >"$STATE/logs/apiserver-forwarder.log" 2>&1 &
+  echo $! >"$STATE/forwarder.pid"
   make_storage_class
   log "ready: node $NODE_IP (images localhost/pause:1, localhost/busybox:1)"
 }
 
 down_processes() {
+  stop_pid "$STATE/forwarder.pid"
   stop_pid "$STATE/scheduler.pid"
   if pid_alive "$STATE/kubelet.pid"; then
     # The kubelet tears its Pods down (CNI DEL included) before it stops.
@@ -244,6 +284,8 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) node_ready ;;
+  allowed) refused=$(refusal); [ -z "$refused" ] || { log "$refused"; exit 1; } ;;
+  image) wsync_image "${2:-}" "${3:-}" ;;
   import) import_image "${2:?an image tarball}" ;;
-  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

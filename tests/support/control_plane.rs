@@ -32,6 +32,11 @@ impl ControlPlaneProcess {
 
     /// Serving TLS with a certificate of `tls`'s throw-away CA, which the CLI trusts.
     pub fn start_tls(database_url: &str, log: PathBuf, tls: &super::tls::Tls, extra: &[&str]) -> Self {
+        Self::start_tls_on("127.0.0.1", database_url, log, tls, extra)
+    }
+
+    /// [`Self::start_tls`], listening on `host` (which `tls`'s certificate must name).
+    pub fn start_tls_on(host: &str, database_url: &str, log: PathBuf, tls: &super::tls::Tls, extra: &[&str]) -> Self {
         let (cert, key) = (tls.cert.display().to_string(), tls.key.display().to_string());
         let tls_args = ["--tls-cert-file", &cert, "--tls-key-file", &key];
         let admin_token = format!("admin-{}", free_port());
@@ -39,21 +44,28 @@ impl ControlPlaneProcess {
         std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
         let file = admin_token_file.display().to_string();
         let args = [&tls_args[..], &["--admin-token-file", &file], extra].concat();
-        Self::launch(database_url, log, &args, admin_token, Some(tls.ca.clone()))
+        Self::launch(host, database_url, log, &args, admin_token, Some(tls.ca.clone()))
     }
 
     /// A control plane with exactly `extra`: without `--admin-token-file` it generates its
     /// admin token and prints it, which [`Self::printed`] shows.
     pub fn start_bare(database_url: &str, log: PathBuf, extra: &[&str], admin_token: String) -> Self {
-        Self::launch(database_url, log, extra, admin_token, None)
+        Self::launch("127.0.0.1", database_url, log, extra, admin_token, None)
     }
 
-    fn launch(database_url: &str, log: PathBuf, extra: &[&str], admin_token: String, ca_file: Option<PathBuf>) -> Self {
+    fn launch(
+        host: &str,
+        database_url: &str,
+        log: PathBuf,
+        extra: &[&str],
+        admin_token: String,
+        ca_file: Option<PathBuf>,
+    ) -> Self {
         let port = free_port();
         let mut args: Vec<String> = vec![
             "control-plane".into(),
             "--listen".into(),
-            format!("127.0.0.1:{port}"),
+            format!("{host}:{port}"),
             "--database-url".into(),
             database_url.into(),
         ];
@@ -61,7 +73,7 @@ impl ControlPlaneProcess {
         let admin_token_file = log.with_extension("admin-token");
         let stdout = log.with_extension("stdout");
         let scheme = if ca_file.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://127.0.0.1:{port}");
+        let url = format!("{scheme}://{host}:{port}");
         let mut process = Self { child: None, args, url, log, stdout, admin_token, admin_token_file, ca_file };
         process.spawn();
         process

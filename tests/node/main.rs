@@ -1,0 +1,123 @@
+//! The node tier (#24): workspaces whose Pods really run, on a real kubelet and containerd
+//! (hack/local-node.sh), driven end to end by the real control plane and agent; no kubelet
+//! stand-in. It runs when the node is up, and fails when WSYNC_NODE=1 or CI=true asks for it
+//! and it is not.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod in_cluster;
+mod lifecycle;
+
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+use support::tls::Tls;
+use support::*;
+
+const LONG: Duration = Duration::from_secs(120);
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// busybox that sleeps as a non-root user: a workspace image that stays up.
+const WORKSPACE_IMAGE: &str = "localhost/workspace:1";
+
+/// The node's address (hack/local-node.sh): where Pods reach the host.
+const NODE_IP: &str = "10.250.250.1";
+
+/// Whether to run: the node is Ready, or WSYNC_NODE=1 or CI=true demands it.
+fn node_up() -> bool {
+    let ready = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("status").status().is_ok_and(|s| s.success());
+    if !ready {
+        let demanded =
+            std::env::var("WSYNC_NODE").as_deref() == Ok("1") || std::env::var("CI").as_deref() == Ok("true");
+        assert!(
+            !demanded,
+            "the node tier is demanded (WSYNC_NODE=1 or CI=true) but no node is up: hack/local-node.sh up"
+        );
+        eprintln!("no local node (hack/local-node.sh up): the node tier does not run");
+    }
+    ready
+}
+
+/// A memory hog: reads /dev/zero into memory until the kernel kills it.
+const MEMORY_HOG_IMAGE: &str = "localhost/memhog:1";
+
+/// Build `image` (busybox running `command`, as a non-root user) and import it into the node.
+fn busybox_image(image: &str, applet: &str, command: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tar = dir.path().join("image.tar");
+    let built = Command::new("python3")
+        .arg(format!("{ROOT}/hack/mkimage.py"))
+        .arg(&tar)
+        .args([image, "--file", "/bin/busybox:bin/busybox", "--link", &format!("/bin/busybox:bin/{applet}")])
+        .args(["--cmd", command, "--user", "65532:65532"])
+        .status()
+        .expect("python3");
+    assert!(built.success());
+    let imported = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("import").arg(&tar).status();
+    assert!(imported.is_ok_and(|s| s.success()), "importing {image}");
+}
+
+/// The real control plane on the host, one agent registered with it, and (unless the agent
+/// runs in the cluster) that agent as a host process.
+struct Node {
+    control_plane: ControlPlaneProcess,
+    _agent: Option<AgentProcess>,
+    id: String,
+    token: String,
+    dir: tempfile::TempDir,
+}
+
+const CONTROL_PLANE_FLAGS: [&str; 2] = ["--partial-reconciliation-interval-seconds", "1"];
+
+impl Node {
+    /// The control plane on loopback, and the agent beside it on the host.
+    fn start(prefix: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let control_plane = ControlPlaneProcess::start(
+            &Self::database(&dir),
+            dir.path().join("control-plane.log"),
+            &CONTROL_PLANE_FLAGS,
+        );
+        let mut node = Self::register(prefix, control_plane, dir);
+        node._agent = Some(AgentProcess::start_with_token(env(), &node.id, &node.control_plane.url, &node.token, &[]));
+        node
+    }
+
+    /// The control plane on the node's address, over TLS, for an agent that runs as a Pod.
+    fn for_pods(prefix: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tls = Tls::for_names(dir.path(), &[NODE_IP]);
+        let log = dir.path().join("control-plane.log");
+        let control_plane =
+            ControlPlaneProcess::start_tls_on(NODE_IP, &Self::database(&dir), log, &tls, &CONTROL_PLANE_FLAGS);
+        Self::register(prefix, control_plane, dir)
+    }
+
+    fn database(dir: &tempfile::TempDir) -> String {
+        format!("sqlite://{}/control-plane.db", dir.path().display())
+    }
+
+    fn register(prefix: &str, control_plane: ControlPlaneProcess, dir: tempfile::TempDir) -> Self {
+        let id = unique_id(prefix);
+        let registered: Value =
+            serde_json::from_str(&control_plane.cli(&["agents", "register", &id, "-o", "json"])).expect("json");
+        let token = registered["token"].as_str().expect("a token").to_string();
+        Self { control_plane, _agent: None, id, token, dir }
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        self.control_plane.cli(&[&["workspaces", "--agent", &self.id], args].concat())
+    }
+
+    async fn wait(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        eventually(&format!("{name} {what}"), LONG, || {
+            let workspace: Value = serde_json::from_str(&self.cli(&["get", name, "-o", "json"])).ok()?;
+            check(&workspace).then_some(workspace)
+        })
+        .await
+    }
+
+    async fn actual(&self, name: &str, state: &str) -> Value {
+        self.wait(name, &format!("to be {state}"), |w| w["actual_state"] == state).await
+    }
+}
