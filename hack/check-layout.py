@@ -23,6 +23,8 @@ PURE = [
     "src/agent/apply/pod_security.rs",
     "src/agent/apply/defaults.rs",
     "src/agent/apply/shared_namespace.rs",
+    "src/agent/apply/drift.rs",
+    "src/agent/apply/drift",
     "src/control_plane/access.rs",
     "src/control_plane/validation.rs",
     "src/control_plane/rules.rs",

@@ -4,6 +4,7 @@
 //! is retried with its config, backing off from 1 s to the partial interval, until it
 //! succeeds or a newer intent replaces it.
 
+use super::apply::drift::LiveObjects;
 use super::context::Context;
 use super::error::ApplyError;
 use super::metrics::{ReasonLabel, ResultLabel};
@@ -22,7 +23,8 @@ use tracing::Instrument;
 /// Run a cycle's actions with bounded concurrency from one task, so that only as many apply
 /// futures exist as run at once; then, if `release`, release the cycle's memory (at once when
 /// there is nothing to run).
-pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool) {
+/// `live` is a full resync's LIST: a first attempt sends only what drifted; a retry sends all.
+pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool, live: Option<Arc<LiveObjects>>) {
     if actions.is_empty() {
         if release {
             ctx.release_memory();
@@ -32,7 +34,9 @@ pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool) {
     let ctx2 = ctx.clone();
     let limit = ctx.config.apply_concurrency.max(1);
     let task = async move {
-        futures::stream::iter(actions).for_each_concurrent(limit, |action| run(ctx2.clone(), action)).await;
+        futures::stream::iter(actions)
+            .for_each_concurrent(limit, |action| run(ctx2.clone(), action, live.clone()))
+            .await;
         if release {
             ctx2.release_memory();
         }
@@ -42,7 +46,7 @@ pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool) {
 
 /// One workspace's apply or termination, as its newest intent: an older one still running for
 /// the workspace is aborted first, and this one waits until it is gone.
-async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
+async fn run(ctx: Arc<Context>, action: WorkspaceAction, live: Option<Arc<LiveObjects>>) {
     let key = action.key().clone();
     let carries = match &action {
         WorkspaceAction::Apply { config, image_pull_secrets, .. } => {
@@ -52,7 +56,7 @@ async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
     };
     let started = ctx.intents.start(&key, carries);
     let serial = started.serial;
-    let handed_over = started.run(perform(&ctx, action, serial)).await.unwrap_or(false);
+    let handed_over = started.run(perform(&ctx, action, serial, live.as_deref())).await.unwrap_or(false);
     if !handed_over {
         ctx.intents.finish(&key, serial);
     }
@@ -60,10 +64,10 @@ async fn run(ctx: Arc<Context>, action: WorkspaceAction) {
 
 /// Returns whether the intent went on in a task of its own (a failed apply's retries), so
 /// that the stream of this cycle's actions does not wait for them.
-async fn perform(ctx: &Arc<Context>, action: WorkspaceAction, serial: u64) -> bool {
+async fn perform(ctx: &Arc<Context>, action: WorkspaceAction, serial: u64, live: Option<&LiveObjects>) -> bool {
     match action {
         WorkspaceAction::Apply { key, config, image_pull_secrets, version } => {
-            let result = apply_once(ctx, &key, &config, &image_pull_secrets).await;
+            let result = apply_once(ctx, &key, &config, &image_pull_secrets, live).await;
             let failed = result.is_err();
             record_result(ctx, &key, version, result).await;
             if !failed {
@@ -101,12 +105,13 @@ async fn apply_once(
     key: &WorkspaceKey,
     config: &str,
     pull_secrets: &[crate::protocol::ImagePullSecret],
+    live: Option<&LiveObjects>,
 ) -> Result<(), ApplyError> {
     let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else {
         return Err(ApplyError::kubernetes("the agent is stopping"));
     };
     let deadline = ctx.config.apply_timeout;
-    match tokio::time::timeout(deadline, ctx.applier.apply(key, config, pull_secrets)).await {
+    match tokio::time::timeout(deadline, ctx.applier.apply(key, config, pull_secrets, live)).await {
         Ok(result) => result,
         Err(_) => Err(ApplyError::kubernetes(format!(
             "the apply did not finish within {deadline:?} (--apply-timeout); it is retried"
@@ -134,7 +139,7 @@ async fn retry(
         if !ctx.intents.is_current(key, serial) {
             return;
         }
-        let result = apply_once(ctx, key, config, pull_secrets).await;
+        let result = apply_once(ctx, key, config, pull_secrets, None).await;
         let message = result.as_ref().err().map(|e| e.message.clone());
         let recorded = ctx.state().ledger.errors_mut().record_retry(key, retried, result, Timestamp::now());
         tracing::info!(workspace = %key.name(), namespace = %key.namespace(), attempt, outcome = recorded.metric_label(), "retried a failed apply");

@@ -181,7 +181,21 @@ async fn run_cycle(
     drop(response);
     drop(plan);
     let actions = settled.actions.len();
-    actions::spawn(ctx, settled.actions, cycle::releases_memory(update_type, actions));
+    let applies = settled.actions.iter().any(|action| matches!(action, cycle::WorkspaceAction::Apply { .. }));
+    // A full resync compares with the cluster as it is now, and sends only what drifted.
+    let live = if update_type == UpdateType::Full && applies {
+        let listed = Instant::now();
+        let live = ctx.applier.live_objects().await;
+        tracing::info!(
+            objects = live.len(),
+            elapsed_ms = listed.elapsed().as_millis() as u64,
+            "listed what the agent applied, for the drift check"
+        );
+        Some(Arc::new(live))
+    } else {
+        None
+    };
+    actions::spawn(ctx, settled.actions, cycle::releases_memory(update_type, actions), live);
     for key in &settled.forgotten {
         ctx.applier.forget(key);
     }

@@ -8,6 +8,7 @@
 mod support;
 
 mod applier;
+mod drift;
 mod end_to_end;
 mod fault_control_plane;
 mod fault_kills;

@@ -38,10 +38,10 @@ shared namespace, as manifests/overlays/shared-namespace/workspaces.yaml does. *
   {{- /* A shared namespace takes no workspace's quota or limit range. */}}
   resources: ["services", "persistentvolumeclaims", "serviceaccounts"]
   {{- end }}
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create", "patch", "delete"]

@@ -23,6 +23,8 @@ use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+mod live_objects;
+
 /// A kind to look up: exactly, from a config's apiVersion, or by group and kind alone, from an
 /// inventory's member keys (then at the group's recommended version).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,6 +9,7 @@
 pub mod api_calls;
 pub mod cache;
 pub mod defaults;
+pub mod drift;
 pub mod field_policy;
 mod guarded;
 pub mod plan;
@@ -25,6 +26,7 @@ use crate::protocol::inventory::MemberRef;
 use crate::runtime::LockExt;
 use api_calls::{ApiCalls, KindQuery, Ownership};
 use cache::LiveInventory;
+use drift::LiveObjects;
 use kube::api::DynamicObject;
 use kube::discovery::Scope;
 use plan::{ApplyPolicy, InventoryApply};
@@ -55,12 +57,19 @@ impl Applier {
         Self { calls: ApiCalls::new(client, config), policy, copies: Mutex::new(CopyTracker::default()) }
     }
 
+    /// What the agent applied, as the cluster holds it now: a full resync's drift check.
+    pub async fn live_objects(&self) -> LiveObjects {
+        self.calls.live_objects(&self.policy.listable_kinds(), self.policy.namespace_mode().shared()).await
+    }
+
     /// Check the whole stream, then apply it. Nothing is sent for a stream the policy refuses.
+    /// With `live` (a full resync's LIST), an object already as desired is not sent again.
     pub async fn apply(
         &self,
         key: &WorkspaceKey,
         config: &str,
         pull_secrets: &[ImagePullSecret],
+        live: Option<&LiveObjects>,
     ) -> Result<(), ApplyError> {
         let mode = self.policy.namespace_mode();
         mode.check_workspace(key).map_err(ApplyError::refused)?;
@@ -95,7 +104,7 @@ impl Applier {
             }
         };
         for inventory in &inventories {
-            self.apply_inventory(key, inventory).await?;
+            self.apply_inventory(key, inventory, live).await?;
         }
         self.copies.lock_unpoisoned().copied(key, &copies);
         Ok(())
@@ -280,7 +289,12 @@ impl Applier {
             .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))
     }
 
-    async fn apply_inventory(&self, key: &WorkspaceKey, inventory: &InventoryApply) -> Result<(), ApplyError> {
+    async fn apply_inventory(
+        &self,
+        key: &WorkspaceKey,
+        inventory: &InventoryApply,
+        live_objects: Option<&LiveObjects>,
+    ) -> Result<(), ApplyError> {
         let applier = ApplyError::applier;
         let mode = self.policy.namespace_mode();
         let namespace = inventory.inventory.metadata.namespace.clone().unwrap_or_default();
@@ -320,10 +334,10 @@ impl Applier {
         let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 
         let with_union = plan::with_members(&inventory.inventory, &union);
-        let mut written = self.calls.apply_object(&with_union, &namespace).await.map_err(applier)?;
+        let mut written = self.apply_unless_in_sync(&with_union, &namespace, live_objects).await.map_err(applier)?;
         crate::runtime::failpoint::hit("after-inventory-write");
         for (_, member) in &inventory.members {
-            self.calls.apply_object(member, &namespace).await.map_err(applier)?;
+            self.apply_unless_in_sync(member, &namespace, live_objects).await.map_err(applier)?;
         }
         for gone in old.difference(&new) {
             if self.calls.prune_member(gone, &inventory.id).await.map_err(applier)? {
@@ -332,11 +346,33 @@ impl Applier {
         }
         if union != new {
             let with_new = plan::with_members(&inventory.inventory, &new);
-            written = self.calls.apply_object(&with_new, &namespace).await.map_err(applier)?;
+            written =
+                self.apply_unless_in_sync(&with_new, &namespace, live_objects).await.map_err(applier)?.or(written);
         }
-        let workspace = inventory.inventory.metadata.labels.as_ref().and_then(|l| l.get(WORKSPACE_LABEL)).cloned();
-        self.calls.remember_inventory(&namespace, &name, &written, LiveInventory { workspace, members: new });
+        if let Some(written) = written {
+            let workspace = inventory.inventory.metadata.labels.as_ref().and_then(|l| l.get(WORKSPACE_LABEL)).cloned();
+            self.calls.remember_inventory(&namespace, &name, &written, LiveInventory { workspace, members: new });
+        }
         Ok(())
+    }
+
+    /// Server-side apply `object`, unless `live` shows it already as desired. Returns the
+    /// resourceVersion written, or None when nothing was sent.
+    async fn apply_unless_in_sync(
+        &self,
+        object: &DynamicObject,
+        namespace: &str,
+        live: Option<&LiveObjects>,
+    ) -> Result<Option<String>, String> {
+        if let Some(live) = live {
+            let desired = serde_json::to_value(object).map_err(|e| e.to_string())?;
+            if live.in_sync(&desired, namespace) {
+                return Ok(None);
+            }
+            let kind = object.types.as_ref().map_or("", |t| t.kind.as_str());
+            tracing::info!(namespace, kind, name = %object.metadata.name.as_deref().unwrap_or_default(), "applying an object that drifted or is not there");
+        }
+        self.calls.apply_object(object, namespace).await.map(Some)
     }
 }
 

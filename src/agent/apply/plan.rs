@@ -118,6 +118,21 @@ impl ApplyPolicy {
     pub fn allowed_kinds(&self) -> Vec<&str> {
         self.allowed_kinds.iter().map(String::as_str).collect()
     }
+
+    /// The allowed kinds a full resync lists for its drift check, as (group, kind): all but
+    /// Secrets, which the agent never reads outside its own namespace.
+    pub fn listable_kinds(&self) -> Vec<(String, String)> {
+        self.allowed_kinds
+            .iter()
+            .map(|name| match name.split_once('/') {
+                Some((group, kind)) => (group.to_string(), kind.to_string()),
+                None => (String::new(), name.clone()),
+            })
+            .filter(|(group, kind)| !(group.is_empty() && kind == "Secret"))
+            .filter(|(group, _)| !NEVER_ALLOWED_GROUPS.contains(&group.as_str()))
+            .filter(|(group, kind)| self.namespace_mode.may_hold(group, kind))
+            .collect()
+    }
 }
 
 /// One inventory and the members it lists, ready to apply in order.

@@ -34,6 +34,11 @@ impl NamespaceMode {
         }
     }
 
+    /// Whether an object of this kind may live in a workspace's namespace in this mode.
+    pub fn may_hold(&self, group: &str, kind: &str) -> bool {
+        !(matches!(self, Self::Shared(_)) && group.is_empty() && NAMESPACE_WIDE_KINDS.contains(&kind))
+    }
+
     pub fn shared(&self) -> Option<&str> {
         match self {
             Self::Shared(namespace) => Some(namespace),

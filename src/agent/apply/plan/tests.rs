@@ -132,3 +132,16 @@ fn members_are_applied_in_install_order_not_the_configs() {
     let kinds: Vec<&str> = plans[0].members.iter().map(|(m, _)| m.kind.as_str()).collect();
     assert_eq!(kinds, ["ResourceQuota", "ServiceAccount", "Secret", "Service", "Deployment"]);
 }
+
+#[test]
+fn a_full_resync_lists_every_allowed_kind_but_secrets_and_what_the_mode_refuses() {
+    let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
+    let listed = policy.listable_kinds();
+    assert!(listed.contains(&(String::new(), "ConfigMap".into())));
+    assert!(listed.contains(&("apps".into(), "Deployment".into())));
+    assert!(listed.contains(&(String::new(), "ResourceQuota".into())));
+    assert!(!listed.iter().any(|(_, kind)| kind == "Secret"), "the agent reads no Secret: {listed:?}");
+    let shared = policy.with_namespace_mode(NamespaceMode::Shared("workspaces".into())).listable_kinds();
+    assert!(!shared.iter().any(|(_, kind)| kind == "ResourceQuota" || kind == "LimitRange"), "{shared:?}");
+    assert!(shared.contains(&(String::new(), "Service".into())));
+}
