@@ -98,7 +98,9 @@ pub async fn measure(n: usize, options: &Options) -> Row {
     let target = Target { id: &id, n, url: &control_plane.url, token: &token };
     let mut floors = Vec::new();
     let measured = Measured { port, label: "end to end" };
-    let fulls = agent_figures::full_resyncs(measured, &agent_client, &target, options.runs_at(n), &mut floors).await;
+    let fulls =
+        agent_figures::full_resyncs(measured, &agent_client, &target, options.runs_at(n), &mut floors, &mut Vec::new())
+            .await;
 
     // 2. A Deployment change reaching the control plane's database.
     let samples = (options.samples / 4).max(5);
