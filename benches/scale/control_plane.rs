@@ -1,5 +1,6 @@
 //! Control-plane throughput: reconcile requests per second with 50 infos each, over HTTP to
-//! the real router, on SQLite and on PostgreSQL.
+//! the real router, on SQLite and on PostgreSQL (one process, and two on one database), each
+//! beside its floor: the same rows read and written by a minimal client, in the same run.
 
 use crate::Options;
 use futures::StreamExt;
@@ -11,6 +12,7 @@ use wsync::control_plane::model::{NewWorkspace, workspace_namespace};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
+use wsync::control_plane::store::rows::SELECT_COLUMNS;
 use wsync::protocol::{RECONCILE_PATH, Settings};
 
 const INFOS: usize = 50;
@@ -32,15 +34,35 @@ fn deployment_info(namespace: &str, name: &str, rv: u64) -> serde_json::Value {
     })
 }
 
-async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, String> {
-    let _logs = tracing_subscriber::fmt().with_env_filter("warn").try_init();
+/// The bench's database: its agents (one client each, as agents send one cycle at a time),
+/// their tokens, and the names of each one's workspaces.
+struct Fleet {
+    tokens: Vec<String>,
+    names: Vec<String>,
+}
+
+fn agent_id(client: usize) -> String {
+    format!("bench-{client}")
+}
+
+async fn fleet(database_url: &str) -> Result<Fleet, String> {
     let store = Store::connect(database_url).await.map_err(|e| e.to_string())?;
-    let token = store.create_agent("bench", &[]).await.map_err(|e| e.to_string())?;
     let names: Vec<String> = (0..INFOS).map(|i| format!("ws-{i}")).collect();
-    for name in &names {
-        let new = NewWorkspace::new(name.as_str(), "busybox:1.36");
-        store.create_workspace("bench", &new).await.map_err(|e| e.to_string())?;
+    let mut tokens = Vec::new();
+    for client in 0..CLIENTS {
+        let id = agent_id(client);
+        tokens.push(store.create_agent(&id, &[]).await.map_err(|e| e.to_string())?);
+        for name in &names {
+            let new = NewWorkspace::new(name.as_str(), "busybox:1.36");
+            store.create_workspace(&id, &new).await.map_err(|e| e.to_string())?;
+        }
     }
+    Ok(Fleet { tokens, names })
+}
+
+/// One control plane (the real router on its own store and pool) on `database_url`; its URL.
+async fn serve(database_url: &str) -> Result<(String, tokio::task::JoinHandle<()>), String> {
+    let store = Store::connect(database_url).await.map_err(|e| e.to_string())?;
     let pipeline = PipelineConfig {
         settings: Settings { full_reconciliation_interval_seconds: 3600, partial_reconciliation_interval_seconds: 10 },
         lifecycle: Lifecycle { max_running_ms: i64::MAX, max_stopped_ms: i64::MAX, max_terminated_percent: 100 },
@@ -49,35 +71,54 @@ async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, St
     let state = Arc::new(AppState::new(store, pipeline, AdminCredential::token("bench")));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let url = format!("http://{}{RECONCILE_PATH}", listener.local_addr().map_err(|e| e.to_string())?);
-    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await.ok() });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router(state)).await.ok();
+    });
+    Ok((url, server))
+}
+
+/// Reconciles per second through `servers` control planes on one database, the clients
+/// spread over them.
+async fn requests_per_second(database_url: &str, servers: usize, seconds: u64) -> Result<f64, String> {
+    let _logs = tracing_subscriber::fmt().with_env_filter("warn").try_init();
+    let fleet = fleet(database_url).await?;
+    let mut urls = Vec::new();
+    let mut running = Vec::new();
+    for _ in 0..servers.max(1) {
+        let (url, server) = serve(database_url).await?;
+        urls.push(url);
+        running.push(server);
+    }
     let http = reqwest::Client::new();
     // Every request reports all 50 with a new resourceVersion, so each one persists 50 rows.
-    // The body is rendered once and the version substituted: the client's share of the two
-    // cores should stay small next to the server's.
-    let template = {
-        let infos: Vec<_> = names
+    // The body is rendered once per agent and the version substituted: the client's share of
+    // the two cores should stay small next to the server's.
+    let template = |client: usize| {
+        let id = agent_id(client);
+        let infos: Vec<_> = fleet
+            .names
             .iter()
             .map(|name| {
-                let namespace = workspace_namespace("bench", name);
+                let namespace = workspace_namespace(&id, name);
                 json!({ "name": name, "namespace": namespace,
                         "latest_k8s_deployment_info": deployment_info(&namespace, name, 0) })
             })
             .collect();
         json!({ "update_type": "partial", "workspace_agent_infos": infos }).to_string()
     };
-    let body = |round: u64| template.replace("\"resourceVersion\":\"0\"", &format!("\"resourceVersion\":\"{round}\""));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let counts = futures::stream::iter(0..CLIENTS)
         .map(|client| {
-            let (http, url, token) = (http.clone(), url.clone(), token.clone());
-            let body = &body;
+            let (http, url, token) = (http.clone(), urls[client % urls.len()].clone(), fleet.tokens[client].clone());
+            let template = template(client);
             async move {
                 let mut done = 0u64;
                 while Instant::now() < deadline {
+                    let round = format!("\"resourceVersion\":\"{}\"", done + 1);
+                    let body = template.replace("\"resourceVersion\":\"0\"", &round);
                     let response = http.post(&url).bearer_auth(&token).header("content-type", "application/json");
-                    let response = response.body(body(done * CLIENTS as u64 + client as u64 + 1)).send().await;
-                    match response {
+                    match response.body(body).send().await {
                         Ok(r) if r.status().as_u16() == 201 => done += 1,
                         Ok(r) => {
                             return Err(format!("answered {}: {}", r.status(), r.text().await.unwrap_or_default()));
@@ -91,15 +132,61 @@ async fn requests_per_second(database_url: &str, seconds: u64) -> Result<f64, St
         .buffer_unordered(CLIENTS)
         .collect::<Vec<_>>()
         .await;
-    server.abort();
+    running.iter().for_each(|server| server.abort());
     let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
-async fn fresh_postgres_database() -> Option<String> {
+/// The floor: the same rows read and written by a minimal client, none of the pipeline's
+/// logic and no HTTP: per request one SELECT of the agent's 50 rows and one statement writing
+/// their reported version, with the same clients on the same database.
+async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> Result<f64, String> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(database_url).await.map_err(|e| e.to_string())?;
+    let select = format!("SELECT {} FROM workspaces WHERE agent_id = $1", *SELECT_COLUMNS);
+    let write = if postgres {
+        "UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \
+         FROM jsonb_to_recordset(CAST($1 AS jsonb)) AS v(agent_id TEXT, name TEXT, rv TEXT, at BIGINT) \
+         WHERE workspaces.agent_id = v.agent_id AND workspaces.name = v.name"
+    } else {
+        "UPDATE workspaces SET deployment_resource_version = $1, last_reported_at = $2 WHERE agent_id = $3"
+    };
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let counts = futures::stream::iter(0..CLIENTS)
+        .map(|client| {
+            let (pool, select) = (pool.clone(), select.clone());
+            async move {
+                let id = agent_id(client);
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let rows = sqlx::query(&select).bind(&id).fetch_all(&pool).await.map_err(|e| e.to_string())?;
+                    let rv = (done + 1).to_string();
+                    let written = if postgres {
+                        let rows: Vec<_> = (0..rows.len())
+                            .map(|i| json!({"agent_id": id, "name": format!("ws-{i}"), "rv": rv, "at": done}))
+                            .collect();
+                        sqlx::query(write).bind(serde_json::to_string(&rows).map_err(|e| e.to_string())?)
+                    } else {
+                        sqlx::query(write).bind(rv).bind(done as i64).bind(id.clone())
+                    };
+                    written.execute(&pool).await.map_err(|e| e.to_string())?;
+                    done += 1;
+                }
+                Ok::<u64, String>(done)
+            }
+        })
+        .buffer_unordered(CLIENTS)
+        .collect::<Vec<_>>()
+        .await;
+    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn fresh_postgres_database(name: &str) -> Option<String> {
     let admin = std::env::var("WSYNC_TEST_POSTGRES_URL").ok()?;
     sqlx::any::install_default_drivers();
-    let database = format!("bench_{}", std::process::id());
+    let database = format!("bench_{name}_{}", std::process::id());
     let pool = sqlx::AnyPool::connect(&admin).await.ok()?;
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.ok()?;
     sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.ok()?;
@@ -107,20 +194,27 @@ async fn fresh_postgres_database() -> Option<String> {
 }
 
 pub async fn print_throughput(options: &Options) {
+    let seconds = options.throughput_seconds;
     let dir = tempfile::tempdir().expect("tempdir");
     let sqlite = format!("sqlite://{}/bench.db", dir.path().display());
-    println!("| control plane: reconcile requests/s, {INFOS} infos each, {CLIENTS} clients | target | result |");
-    println!("|---|---|---|");
-    match requests_per_second(&sqlite, options.throughput_seconds).await {
-        Ok(rate) => println!("| SQLite | ≥ 2000 | **{rate:.0}** |"),
-        Err(e) => panic!("SQLite throughput run failed: {e}"),
-    }
-    match fresh_postgres_database().await {
-        Some(url) => match requests_per_second(&url, options.throughput_seconds).await {
-            Ok(rate) => println!("| PostgreSQL | | **{rate:.0}** |"),
-            Err(e) => panic!("PostgreSQL throughput run failed: {e}"),
-        },
-        None => println!("| PostgreSQL | | not run: set WSYNC_TEST_POSTGRES_URL (hack/local-postgres.sh env) |"),
-    }
+    let heading = format!("control plane: reconciles/s, {INFOS} infos each, {CLIENTS} agents (one client each)");
+    println!("| {heading} | target | reconciles/s | floor/s | ÷ floor (target ≥ 0.7) |");
+    println!("|---|---|---|---|---|");
+    let sqlite_rate = requests_per_second(&sqlite, 1, seconds).await.expect("the SQLite run");
+    let sqlite_floor = floor_per_second(&sqlite, false, seconds).await.expect("the SQLite floor");
+    println!("| SQLite | | **{sqlite_rate:.0}** | {sqlite_floor:.0} | {:.2} |", sqlite_rate / sqlite_floor);
+    let Some(one) = fresh_postgres_database("one").await else {
+        println!("| PostgreSQL | | not run: set WSYNC_TEST_POSTGRES_URL (hack/local-postgres.sh env) | | |\n");
+        return;
+    };
+    let one_rate = requests_per_second(&one, 1, seconds).await.expect("the PostgreSQL run");
+    let one_floor = floor_per_second(&one, true, seconds).await.expect("the PostgreSQL floor");
+    println!("| PostgreSQL, one process | | **{one_rate:.0}** | {one_floor:.0} | {:.2} |", one_rate / one_floor);
+    let two = fresh_postgres_database("two").await.expect("a second database");
+    let two_rate = requests_per_second(&two, 2, seconds).await.expect("the two-process run");
+    let two_floor = floor_per_second(&two, true, seconds).await.expect("the floor");
+    println!("| PostgreSQL, two processes | | **{two_rate:.0}** | {two_floor:.0} | {:.2} |", two_rate / two_floor);
+    println!("| PostgreSQL two processes ÷ SQLite | ≥ 1.0 | **{:.2}** | | |", two_rate / sqlite_rate);
+    println!("| PostgreSQL two processes ÷ one | ≥ 1.0 | **{:.2}** | | |", two_rate / one_rate);
     println!();
 }

@@ -68,11 +68,16 @@ async fn kubectl_wsync_shows_status_workspaces_errors_and_runs_a_resync() {
     let wide = ok(&["wsync", "status", &id, "-o", "wide", "--context", "wsync-local"]);
     assert!(wide.lines().next().is_some_and(|h| h.contains("PARTIAL") && h.contains("EPOCH")), "{wide}");
 
-    let workspaces = ok(&["wsync", "workspaces", &id]);
-    let line = |name: &str| {
-        workspaces.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_default().to_string()
+    // The deployment controller may still be writing ws's status: behind until the next cycle.
+    let row = |table: &str, name: &str| {
+        table.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_default().to_string()
     };
-    assert!(line("ws").contains("in sync"), "{workspaces}");
+    let workspaces = eventually("ws in sync, as the plugin shows it", LONG, || {
+        let table = ok(&["wsync", "workspaces", &id]);
+        row(&table, "ws").contains("in sync").then_some(table)
+    })
+    .await;
+    let line = |name: &str| row(&workspaces, name);
     assert!(line("broken").contains("owning-inventory"), "the pending error, with its age: {workspaces}");
 
     let errors: serde_json::Value = serde_json::from_str(&ok(&["wsync", "errors", &id, "-o", "json"])).expect("json");

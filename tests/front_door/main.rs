@@ -11,6 +11,7 @@ use support::ControlPlaneProcess;
 
 mod browser;
 mod database;
+mod scale_out;
 mod transport;
 
 pub fn http() -> reqwest::Client {

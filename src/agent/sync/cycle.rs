@@ -51,6 +51,11 @@ pub fn observe_workloads(
     let counting = pods.counting(now);
     let mut changed = Vec::new();
     for deployment in dirty {
+        // Before the Pod watch has listed, no failure seen is no news: a failure restored from
+        // the status stays until the Pods say otherwise.
+        if !pods.listed() && deployment.failure().is_none() {
+            continue;
+        }
         let failure = deployment.failure().or_else(|| counting.get(deployment.key()).copied());
         let seen = failure.map(|f| (f.reason, &*f.message));
         let recorded = ledger.errors_mut().observe_workload(deployment.key(), seen, now);

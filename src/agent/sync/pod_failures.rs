@@ -72,6 +72,8 @@ pub fn from_pod(workspace: WorkspaceKey, status: &PodStatus, grace: SignedDurati
 #[derive(Debug, Default)]
 pub struct PodFailures {
     by_pod: HashMap<Box<str>, PodFailure>,
+    /// Whether the watch has listed once: until then no Pod's absence means anything.
+    listed: bool,
 }
 
 impl PodFailures {
@@ -88,8 +90,14 @@ impl PodFailures {
         }
     }
 
+    /// Whether the Pods are known: the watch has listed them at least once.
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
     /// A relist: the failing Pods now. Returns the workspaces whose failure may have changed.
     pub fn replace(&mut self, failing: Vec<(Box<str>, PodFailure)>) -> Vec<WorkspaceKey> {
+        self.listed = true;
         let old = std::mem::take(&mut self.by_pod);
         let mut changed: Vec<WorkspaceKey> = old.values().map(|f| f.workspace.clone()).collect();
         for (pod, failure) in failing {

@@ -144,7 +144,8 @@ impl Store {
 
     pub(super) async fn lock_agent(&self, tx: &mut sqlx::Transaction<'_, sqlx::Any>, id: &str) -> StoreResult<()> {
         if matches!(self.backend, Backend::Postgres) {
-            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR UPDATE").bind(id).execute(&mut **tx).await?;
+            // The lock, and a new revision: an optimistic reconcile that read the old one writes nothing.
+            sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1").bind(id).execute(&mut **tx).await?;
         }
         Ok(())
     }

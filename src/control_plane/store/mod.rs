@@ -46,7 +46,7 @@ fn new_token() -> StoreResult<String> {
 enum Backend {
     /// One writer thread owns the write connection and commits concurrent reconciles together.
     Sqlite(SqliteWriter),
-    /// Reconciles run on the pool; each takes its agent's row lock first.
+    /// Reconciles run on the pool, optimistic against the agent's revision (`postgres`).
     Postgres,
 }
 
@@ -274,7 +274,8 @@ impl Store {
     }
 
     /// One reconcile, in one transaction: on SQLite through the store's writer thread, which
-    /// commits concurrent reconciles together; on PostgreSQL under the agent's row lock.
+    /// commits concurrent reconciles together; on PostgreSQL in two round trips, guarded by the
+    /// agent's revision.
     pub async fn reconcile(
         &self,
         agent: &Agent,

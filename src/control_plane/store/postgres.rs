@@ -1,11 +1,40 @@
-//! A reconcile on PostgreSQL: one transaction on the pool, under the agent's row lock.
+//! A reconcile on PostgreSQL, in two round trips: one statement reads the agent's revision with
+//! its workspaces, one statement writes everything the pipeline decided, but only while the
+//! revision is unchanged, and bumps it. Every other writer of an agent's workspaces bumps the
+//! revision under the agent's row lock (`lock_agent`), so a management write or a reconcile
+//! through another control plane in between makes the write a no-op, and the reconcile starts
+//! again from a fresh read. After a few such conflicts it takes the lock, as every write once
+//! did, which always makes progress. A reconcile that records new errors (rare) also takes it.
 
 use super::Store;
 use super::error::{StoreError, StoreResult};
-use super::rows::{AGENT_WORKSPACES, POSTGRES_SAVE, SavedRow, workspace_from_row};
+use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, POSTGRES_SAVE, SavedRow, workspace_from_row};
 use crate::control_plane::model::{Agent, Workspace, state_text};
-use crate::control_plane::pipeline::{self, PipelineConfig};
+use crate::control_plane::pipeline::{self, Decision, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
+use sqlx::Row;
+use std::sync::LazyLock;
+
+/// Optimistic attempts before a reconcile takes the agent's lock.
+const OPTIMISTIC_ATTEMPTS: usize = 3;
+
+/// The write of an optimistic reconcile: `$1` agent, `$2` the revision read, `$3` the saved
+/// rows, `$4` the orphans, as JSON. Answers `won` = 1 when it wrote, 0 when the revision moved.
+static GUARDED_WRITE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH guard AS (UPDATE agents SET revision = revision + 1 WHERE id = $1 AND revision = $2 RETURNING id), \
+         saved AS ({} RETURNING 1), \
+         orphans_seen AS (INSERT INTO orphans (agent_id, namespace, name, deployment_resource_version, actual_state, \
+         first_seen, last_seen) SELECT guard.id, o.namespace, o.name, o.deployment_resource_version, o.actual_state, \
+         o.last_seen, o.last_seen FROM jsonb_to_recordset(CAST($4 AS jsonb)) AS o(namespace TEXT, name TEXT, \
+         deployment_resource_version TEXT, actual_state TEXT, last_seen BIGINT), guard WHERE true \
+         ON CONFLICT (agent_id, namespace, name) DO UPDATE SET deployment_resource_version = \
+         excluded.deployment_resource_version, actual_state = excluded.actual_state, last_seen = excluded.last_seen \
+         RETURNING 1) \
+         SELECT count(*) AS won FROM guard",
+        super::rows::postgres_save(3, Some("guard"))
+    )
+});
 
 impl Store {
     pub(super) async fn reconcile_postgres(
@@ -14,19 +43,69 @@ impl Store {
         request: &ReconcileRequest,
         config: &PipelineConfig,
     ) -> StoreResult<ReconcileResponse> {
+        for _ in 0..OPTIMISTIC_ATTEMPTS {
+            if let Some(response) = self.reconcile_optimistic(agent, request, config).await? {
+                return Ok(response);
+            }
+        }
+        tracing::debug!(agent = %agent.id, "reconcile conflicts went on; taking the agent's lock");
+        self.reconcile_locked(agent, request, config).await
+    }
+
+    /// None when the revision moved under it, or when it must take the lock.
+    async fn reconcile_optimistic(
+        &self,
+        agent: &Agent,
+        request: &ReconcileRequest,
+        config: &PipelineConfig,
+    ) -> StoreResult<Option<ReconcileResponse>> {
+        let now = self.clock.now();
+        let rows = sqlx::query(&AGENT_WORKSPACES_AND_REVISION).bind(&agent.id).fetch_all(&self.pool).await?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Conflict(format!("no agent {:?}", agent.id)));
+        };
+        let revision: i64 = first.try_get("agent_revision")?;
+        let mut workspaces: Vec<Workspace> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<String>, _>("name")?.is_some() {
+                workspaces.push(workspace_from_row(row)?);
+            }
+        }
+        let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
+        if !decision.new_errors.is_empty() {
+            return self.reconcile_locked(agent, request, config).await.map(Some);
+        }
+        if decision.touched.is_empty() && decision.orphans.is_empty() {
+            return Ok(Some(decision.response));
+        }
+        let (saved, orphans) = written(&workspaces, &decision)?;
+        let row = sqlx::query(&GUARDED_WRITE)
+            .bind(&agent.id)
+            .bind(revision)
+            .bind(saved)
+            .bind(orphans)
+            .fetch_one(&self.pool)
+            .await?;
+        let won: i64 = row.try_get("won")?;
+        Ok((won == 1).then_some(decision.response))
+    }
+
+    /// One transaction under the agent's row lock.
+    async fn reconcile_locked(
+        &self,
+        agent: &Agent,
+        request: &ReconcileRequest,
+        config: &PipelineConfig,
+    ) -> StoreResult<ReconcileResponse> {
         let mut tx = self.pool.begin().await?;
-        // Concurrent reconciles of one agent (two replicas overlapping) run one after the
-        // other instead of deadlocking on the workspace rows they both update; so do the
-        // operator's writes to its workspaces.
         self.lock_agent(&mut tx, &agent.id).await?;
         let now = self.clock.now();
         let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
         if !decision.touched.is_empty() {
-            let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
-            let json = serde_json::to_string(&saved).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sqlx::query(&POSTGRES_SAVE).bind(json).execute(&mut *tx).await?;
+            let (saved, _) = written(&workspaces, &decision)?;
+            sqlx::query(&POSTGRES_SAVE).bind(saved).execute(&mut *tx).await?;
         }
         for orphan in &decision.orphans {
             sqlx::query(super::orphans::POSTGRES_RECORD)
@@ -58,4 +137,22 @@ impl Store {
         tx.commit().await?;
         Ok(decision.response)
     }
+}
+
+/// The touched rows and the orphans seen, as the JSON the statements unpack. An orphan reported
+/// twice in one request is written once, as last reported.
+fn written(workspaces: &[Workspace], decision: &Decision) -> StoreResult<(String, String)> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+    let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
+    let mut orphans = std::collections::BTreeMap::new();
+    for orphan in &decision.orphans {
+        let row = serde_json::json!({
+            "namespace": orphan.namespace, "name": orphan.name,
+            "deployment_resource_version": orphan.deployment_resource_version,
+            "actual_state": state_text(&orphan.actual_state), "last_seen": orphan.last_seen,
+        });
+        orphans.insert((orphan.namespace.as_str(), orphan.name.as_str()), row);
+    }
+    let orphans: Vec<&serde_json::Value> = orphans.values().collect();
+    Ok((serde_json::to_string(&saved).map_err(corrupt)?, serde_json::to_string(&orphans).map_err(corrupt)?))
 }

@@ -67,18 +67,37 @@ pub static AGENT_WORKSPACES: LazyLock<String> = LazyLock::new(|| {
 
 /// One `UPDATE … FROM` for all saved rows: a single JSON parameter unpacked by
 /// `jsonb_to_recordset`, matched on (agent_id, name).
-pub static POSTGRES_SAVE: LazyLock<String> = LazyLock::new(|| {
+pub static POSTGRES_SAVE: LazyLock<String> = LazyLock::new(|| postgres_save(1, None));
+
+/// [`POSTGRES_SAVE`] with its JSON in `$parameter`, and with `guard`, only for rows whose agent
+/// that relation (a CTE with an `id` column) yields.
+pub fn postgres_save(parameter: usize, guard: Option<&str>) -> String {
     let assignments: Vec<String> = names(Written::ByReconcile).map(|c| format!("{c} = v.{c}")).collect();
     let types: Vec<String> = COLUMNS
         .iter()
         .filter(|c| c.2 != Written::AtCreation)
         .map(|(column, sql_type, _)| format!("{column} {sql_type}"))
         .collect();
+    let (from, condition) = match guard {
+        Some(guard) => (format!(", {guard}"), format!(" AND workspaces.agent_id = {guard}.id")),
+        None => (String::new(), String::new()),
+    };
     format!(
-        "UPDATE workspaces SET {} FROM jsonb_to_recordset(CAST($1 AS jsonb)) AS v({}) \
-         WHERE workspaces.agent_id = v.agent_id AND workspaces.name = v.name",
+        "UPDATE workspaces SET {} FROM jsonb_to_recordset(CAST(${parameter} AS jsonb)) AS v({}){from} \
+         WHERE workspaces.agent_id = v.agent_id AND workspaces.name = v.name{condition}",
         assignments.join(", "),
         types.join(", ")
+    )
+}
+
+/// [`AGENT_WORKSPACES`] on PostgreSQL, with the agent's revision (`agent_revision`) in every
+/// row: one row with no workspace columns when it has none.
+pub static AGENT_WORKSPACES_AND_REVISION: LazyLock<String> = LazyLock::new(|| {
+    let columns: Vec<String> = COLUMNS.iter().map(|c| format!("w.{}", c.0)).collect();
+    format!(
+        "SELECT a.revision AS agent_revision, {} FROM agents a LEFT JOIN workspaces w ON w.agent_id = a.id \
+         WHERE a.id = $1 ORDER BY w.created_at, w.name",
+        columns.join(", ")
     )
 });
 

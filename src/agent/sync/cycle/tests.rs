@@ -320,3 +320,26 @@ fn a_workload_failure_goes_with_every_report_until_it_ends_but_never_with_a_term
     let terminating = plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     assert!(terminating.request.workspace_agent_infos[0].error_details.is_none());
 }
+
+/// A restarted agent's first cycle can run before its Pod watch has listed: the failure it
+/// restored from the status is not taken for over until the Pods are known.
+#[test]
+fn a_restored_pod_failure_waits_for_the_pod_watch() {
+    use crate::agent::sync::pod_failures::PodFailures;
+    use crate::agent::sync::workload::WorkloadFailure;
+    use crate::protocol::workload::FailureReason;
+    let mut ledger = Ledger::restore(None);
+    let d = deployment("ns", "ws", "1");
+    let failure = WorkloadFailure::new(FailureReason::ImagePull, "ImagePull: no such image");
+    let seen = Some((failure.reason, &*failure.message));
+    let now = Timestamp::UNIX_EPOCH;
+    assert_eq!(ledger.errors_mut().observe_workload(d.key(), seen, now), Recorded::Failed);
+
+    let mut pods = PodFailures::default();
+    assert!(observe_workloads(std::slice::from_ref(&d), &pods, &mut ledger, now).is_empty(), "not listed: no news");
+    assert!(ledger.errors().workload_failure(d.key()).is_some());
+    pods.replace(Vec::new());
+    let changed = observe_workloads(std::slice::from_ref(&d), &pods, &mut ledger, now);
+    assert_eq!(changed.len(), 1, "listed, and no Pod fails: recovered");
+    assert_eq!(changed[0].1, Recorded::Recovered);
+}
