@@ -52,7 +52,8 @@ impl Store {
         self.reconcile_locked(agent, request, config).await
     }
 
-    /// None when the revision moved under it, or when it must take the lock.
+    /// None when the revision moved under it. A decision that records new errors is made
+    /// again under the lock.
     async fn reconcile_optimistic(
         &self,
         agent: &Agent,
@@ -78,7 +79,7 @@ impl Store {
         if decision.touched.is_empty() && decision.orphans.is_empty() {
             return Ok(Some(decision.response));
         }
-        let (saved, orphans) = written(&workspaces, &decision)?;
+        let (saved, orphans) = (saved_rows(&workspaces, &decision)?, orphans_seen(&decision)?);
         let row = sqlx::query(&GUARDED_WRITE)
             .bind(&agent.id)
             .bind(revision)
@@ -104,8 +105,7 @@ impl Store {
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
         if !decision.touched.is_empty() {
-            let (saved, _) = written(&workspaces, &decision)?;
-            sqlx::query(&POSTGRES_SAVE).bind(saved).execute(&mut *tx).await?;
+            sqlx::query(&POSTGRES_SAVE).bind(saved_rows(&workspaces, &decision)?).execute(&mut *tx).await?;
         }
         for orphan in &decision.orphans {
             sqlx::query(super::orphans::POSTGRES_RECORD)
@@ -139,11 +139,19 @@ impl Store {
     }
 }
 
-/// The touched rows and the orphans seen, as the JSON the statements unpack. An orphan reported
-/// twice in one request is written once, as last reported.
-fn written(workspaces: &[Workspace], decision: &Decision) -> StoreResult<(String, String)> {
-    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+fn corrupt(error: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(error.to_string())
+}
+
+/// The touched rows, as the JSON the save statements unpack.
+fn saved_rows(workspaces: &[Workspace], decision: &Decision) -> StoreResult<String> {
     let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
+    serde_json::to_string(&saved).map_err(corrupt)
+}
+
+/// The orphans seen, as the JSON the guarded write unpacks. One reported twice in a request
+/// is written once, as last reported.
+fn orphans_seen(decision: &Decision) -> StoreResult<String> {
     let mut orphans = std::collections::BTreeMap::new();
     for orphan in &decision.orphans {
         let row = serde_json::json!({
@@ -154,5 +162,5 @@ fn written(workspaces: &[Workspace], decision: &Decision) -> StoreResult<(String
         orphans.insert((orphan.namespace.as_str(), orphan.name.as_str()), row);
     }
     let orphans: Vec<&serde_json::Value> = orphans.values().collect();
-    Ok((serde_json::to_string(&saved).map_err(corrupt)?, serde_json::to_string(&orphans).map_err(corrupt)?))
+    serde_json::to_string(&orphans).map_err(corrupt)
 }
