@@ -33,6 +33,7 @@ PURE = [
     "src/control_plane/config_builder",
     "src/control_plane/agent_config.rs",
     "src/control_plane/agent_config",
+    "src/control_plane/store/changes.rs",
     "src/kubectl_plugin/view.rs",
 ]
 NO_IO = re.compile(r"\.await\b|\bkube::Client\b|\bClient::|\bApi<|\breqwest::")

@@ -31,6 +31,9 @@ pub struct Row {
     pub floor_ms: f64,
     /// The agent's PATCHes to workspace objects in its cached full resyncs (the most in one).
     pub full_patches: usize,
+    /// Objects edited by hand before one more full resync, and that resync's PATCHes.
+    pub drifted: usize,
+    pub drift_patches: usize,
     /// Writes by the agent in the idle window, Lease renewals and the heartbeat apart.
     pub idle_writes: usize,
     /// Writes of the `lastPartialSyncTime` heartbeat alone (DESIGN §2: at most once a minute).
@@ -321,17 +324,8 @@ pub async fn full_resyncs(
             floors.push(timed_floor(client, target).await);
         }
         pause().await;
-        let before = metric(port, APPLIED).await;
-        let mark = support::audit_mark(support::env());
-        annotate_resync(target.id, &format!("{label}-{run}"));
-        wait_for_metric(port, APPLIED, before + n as f64, long).await;
-        let patched = support::agent_writes(support::env(), mark, |e| {
-            e["verb"] == "patch" && e["objectRef"]["resource"] != "workspacesyncstatuses"
-        });
-        patches.push(patched.len());
-        let done = jiff::Timestamp::now();
-        let started = full_cycle_start(port).await;
-        let took = Duration::try_from(done.duration_since(started)).unwrap_or_default();
+        let (took, patched) = requested_full_resync(port, target, &format!("{label}-{run}")).await;
+        patches.push(patched);
         fulls.push(took);
         if !floor_first {
             floors.push(timed_floor(client, target).await);
@@ -342,6 +336,22 @@ pub async fn full_resyncs(
         eprintln!("  {label} full resync {run}: agent {took:.0?} ({sent} PATCHes), floor {floor:.0?} ({order})");
     }
     fulls
+}
+
+/// Ask for a full resync and wait until it has applied all N: how long it took from the
+/// cycle's start, and how many PATCHes it sent to workspace objects (the audit log's count).
+pub async fn requested_full_resync(port: u16, target: &Target<'_>, request: &str) -> (Duration, usize) {
+    let long = Duration::from_secs(60 + target.n as u64 / 10);
+    let before = metric(port, APPLIED).await;
+    let mark = support::audit_mark(support::env());
+    annotate_resync(target.id, request);
+    wait_for_metric(port, APPLIED, before + target.n as f64, long).await;
+    let patched = support::agent_writes(support::env(), mark, |e| {
+        e["verb"] == "patch" && e["objectRef"]["resource"] != "workspacesyncstatuses"
+    });
+    let done = jiff::Timestamp::now();
+    let started = full_cycle_start(port).await;
+    (Duration::try_from(done.duration_since(started)).unwrap_or_default(), patched.len())
 }
 
 async fn timed_floor(client: &Client, target: &Target<'_>) -> Duration {
@@ -399,6 +409,12 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     let measured = Measured { port, label: "cached" };
     let mut patches = Vec::new();
     let fulls = full_resyncs(measured, &agent_client, &target, runs, &mut floors, &mut patches).await;
+
+    // 1b. A full resync with 1% of the workspaces drifted: each one's inventory edited by hand.
+    let drifted = workload::drift_inventories(&admin, &workload, n.div_ceil(100)).await;
+    pause().await;
+    let (_, drift_patches) = requested_full_resync(port, &target, "drifted").await;
+    eprintln!("  full resync with {drifted} drifted objects: {drift_patches} PATCHes");
 
     // 2. Idle partial cycles.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -486,6 +502,8 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
         full_uncached_ms: median(&fulls_uncached),
         floor_ms: median(&floors),
         full_patches: patches.iter().copied().max().unwrap_or_default(),
+        drifted,
+        drift_patches,
         idle_writes: writes.len() - idle_heartbeats,
         idle_heartbeats,
         idle_max_infos: max_infos,
@@ -511,6 +529,8 @@ pub fn print_table(rows: &[Row]) {
         format!("**{:.2}**", r.full_ms / r.floor_ms)
     });
     table.line("full resync without drift: PATCHes to workspace objects", "0", |r: &Row| r.full_patches.to_string());
+    table.line("full resync, 1% drifted: objects edited by hand", "", |r: &Row| r.drifted.to_string());
+    table.line("… PATCHes to workspace objects", "= drifted", |r: &Row| r.drift_patches.to_string());
     table.line("idle partial: apiserver writes", "0", |r: &Row| r.idle_writes.to_string());
     table.line("… besides: the `lastPartialSyncTime` heartbeat", "≤ 1 a minute", |r: &Row| {
         r.idle_heartbeats.to_string()

@@ -4,7 +4,8 @@
 //! `cargo bench --bench scale` runs N ∈ {100, 1000, 10000} (override with
 //! `WSYNC_BENCH_SIZES=100,1000`; `WSYNC_BENCH_SAMPLES` and `WSYNC_BENCH_RUNS` set the latency
 //! samples and timed full resyncs per size, `WSYNC_BENCH_SMALL_RUNS` the resyncs at N ≤ 100,
-//! `WSYNC_BENCH_END_TO_END_SIZES` the sizes for the end-to-end figures; an empty list skips a
+//! `WSYNC_BENCH_END_TO_END_SIZES` the sizes for the end-to-end figures, `WSYNC_BENCH_THROUGHPUT_ROUNDS`
+//! the control-plane runs per side and database; an empty list skips a
 //! part). Under `cargo test` (no `--bench` argument) it runs a smoke
 //! pass at N=100 with few samples, so that CI keeps it working.
 
@@ -35,8 +36,9 @@ pub struct Options {
     pub small_runs: usize,
     /// Seconds of idle partial cycles to observe.
     pub idle_seconds: u64,
-    /// Seconds per control-plane throughput run.
+    /// Seconds per control-plane throughput run, and runs of each side per database.
     pub throughput_seconds: u64,
+    pub throughput_rounds: usize,
     /// N for the end-to-end figures: by default the sizes up to 1,000, since each workspace is
     /// a namespace there, which the namespace controller takes minutes to delete by the thousand.
     pub end_to_end_sizes: Vec<usize>,
@@ -62,6 +64,7 @@ impl Options {
             small_runs: number("WSYNC_BENCH_SMALL_RUNS", small_runs),
             idle_seconds: if full { 10 } else { 3 },
             throughput_seconds: if full { 5 } else { 1 },
+            throughput_rounds: number("WSYNC_BENCH_THROUGHPUT_ROUNDS", if full { 3 } else { 1 }),
             end_to_end_sizes,
         }
     }

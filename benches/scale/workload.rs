@@ -133,6 +133,28 @@ pub async fn create(client: &Client, n: usize) -> Workload {
     Workload { id, keys, configs }
 }
 
+/// Edit the inventory of `count` workspaces, spread over the workload, as a person would:
+/// a merge patch of the one member key the agent's field manager owns, which takes it over.
+/// Each is one object the next full resync must repair; returns how many were edited.
+pub async fn drift_inventories(client: &Client, workload: &Workload, count: usize) -> usize {
+    let stride = (workload.keys.len() / count.max(1)).max(1);
+    let mut edited = 0;
+    for (namespace, name) in workload.keys.iter().step_by(stride).take(count) {
+        let member = MemberRef {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            group: "apps".into(),
+            kind: "Deployment".into(),
+        };
+        let patch = json!({ "data": { member.key(): "edited by hand" } });
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let inventory = format!("{name}-inventory");
+        api.patch(&inventory, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("edit an inventory");
+        edited += 1;
+    }
+    edited
+}
+
 /// Wait until the `n` Deployments labelled for agent `id` all exist and the deployment
 /// controller has seen each; false if `timeout` passed first.
 pub async fn wait_until_observed(client: &Client, id: &str, n: usize, timeout: Duration) -> bool {

@@ -4,6 +4,7 @@
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
 mod access;
+mod changes;
 mod error;
 mod error_history;
 mod orphans;

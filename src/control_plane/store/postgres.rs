@@ -7,34 +7,38 @@
 //! did, which always makes progress. A reconcile that records new errors (rare) also takes it.
 
 use super::Store;
+use super::changes::changes;
 use super::error::{StoreError, StoreResult};
-use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, POSTGRES_SAVE, SavedRow, workspace_from_row};
+use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, postgres_save, workspace_from_row};
 use crate::control_plane::model::{Agent, Workspace, state_text};
 use crate::control_plane::pipeline::{self, Decision, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use sqlx::Row;
-use std::sync::LazyLock;
 
 /// Optimistic attempts before a reconcile takes the agent's lock.
 const OPTIMISTIC_ATTEMPTS: usize = 3;
 
-/// The write of an optimistic reconcile: `$1` agent, `$2` the revision read, `$3` the saved
-/// rows, `$4` the orphans, as JSON. Answers `won` = 1 when it wrote, 0 when the revision moved.
-static GUARDED_WRITE: LazyLock<String> = LazyLock::new(|| {
+/// The write of an optimistic reconcile: `$1` agent, `$2` the revision read, `$3` the changed
+/// rows with their changed `columns` (none: no row changed), `$4` the orphans, as JSON.
+/// Answers `won` = 1 when it wrote, 0 when the revision moved.
+fn guarded_write(columns: &[&str]) -> String {
+    let saved = if columns.is_empty() {
+        String::new()
+    } else {
+        format!("saved AS ({} RETURNING 1), ", super::rows::postgres_save(3, Some("guard"), columns))
+    };
     format!(
         "WITH guard AS (UPDATE agents SET revision = revision + 1 WHERE id = $1 AND revision = $2 RETURNING id), \
-         saved AS ({} RETURNING 1), \
-         orphans_seen AS (INSERT INTO orphans (agent_id, namespace, name, deployment_resource_version, actual_state, \
-         first_seen, last_seen) SELECT guard.id, o.namespace, o.name, o.deployment_resource_version, o.actual_state, \
-         o.last_seen, o.last_seen FROM jsonb_to_recordset(CAST($4 AS jsonb)) AS o(namespace TEXT, name TEXT, \
-         deployment_resource_version TEXT, actual_state TEXT, last_seen BIGINT), guard WHERE true \
+         {saved}orphans_seen AS (INSERT INTO orphans (agent_id, namespace, name, deployment_resource_version, \
+         actual_state, first_seen, last_seen) SELECT guard.id, o.namespace, o.name, o.deployment_resource_version, \
+         o.actual_state, o.last_seen, o.last_seen FROM jsonb_to_recordset(CAST($4 AS jsonb)) AS o(namespace TEXT, \
+         name TEXT, deployment_resource_version TEXT, actual_state TEXT, last_seen BIGINT), guard WHERE true \
          ON CONFLICT (agent_id, namespace, name) DO UPDATE SET deployment_resource_version = \
          excluded.deployment_resource_version, actual_state = excluded.actual_state, last_seen = excluded.last_seen \
          RETURNING 1) \
-         SELECT count(*) AS won FROM guard",
-        super::rows::postgres_save(3, Some("guard"))
+         SELECT count(*) AS won FROM guard"
     )
-});
+}
 
 impl Store {
     pub(super) async fn reconcile_postgres(
@@ -72,19 +76,21 @@ impl Store {
                 workspaces.push(workspace_from_row(row)?);
             }
         }
+        let loaded = workspaces.clone();
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
         if !decision.new_errors.is_empty() {
             return self.reconcile_locked(agent, request, config).await.map(Some);
         }
-        if decision.touched.is_empty() && decision.orphans.is_empty() {
+        let changes = changes(&loaded, &workspaces, &decision.touched)?;
+        if changes.is_none() && decision.orphans.is_empty() {
             return Ok(Some(decision.response));
         }
-        let (saved, orphans) = (saved_rows(&workspaces, &decision)?, orphans_seen(&decision)?);
-        let row = sqlx::query(&GUARDED_WRITE)
+        let (columns, rows) = changes.map_or((Vec::new(), "[]".to_string()), |c| (c.columns, c.rows));
+        let row = sqlx::query(&guarded_write(&columns))
             .bind(&agent.id)
             .bind(revision)
-            .bind(saved)
-            .bind(orphans)
+            .bind(rows)
+            .bind(orphans_seen(&decision)?)
             .fetch_one(&self.pool)
             .await?;
         let won: i64 = row.try_get("won")?;
@@ -103,9 +109,11 @@ impl Store {
         let now = self.clock.now();
         let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
         let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
+        let loaded = workspaces.clone();
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
-        if !decision.touched.is_empty() {
-            sqlx::query(&POSTGRES_SAVE).bind(saved_rows(&workspaces, &decision)?).execute(&mut *tx).await?;
+        if let Some(changes) = changes(&loaded, &workspaces, &decision.touched)? {
+            let save = postgres_save(1, None, &changes.columns);
+            sqlx::query(&save).bind(changes.rows).execute(&mut *tx).await?;
         }
         for orphan in &decision.orphans {
             sqlx::query(super::orphans::POSTGRES_RECORD)
@@ -141,12 +149,6 @@ impl Store {
 
 fn corrupt(error: serde_json::Error) -> StoreError {
     StoreError::Corrupt(error.to_string())
-}
-
-/// The touched rows, as the JSON the save statements unpack.
-fn saved_rows(workspaces: &[Workspace], decision: &Decision) -> StoreResult<String> {
-    let saved: Vec<SavedRow> = decision.touched.iter().map(|&i| SavedRow::of(&workspaces[i])).collect();
-    serde_json::to_string(&saved).map_err(corrupt)
 }
 
 /// The orphans seen, as the JSON the guarded write unpacks. One reported twice in a request

@@ -65,17 +65,14 @@ pub static AGENT_WORKSPACES: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {} FROM workspaces WHERE agent_id = $1 ORDER BY created_at, name", *SELECT_COLUMNS)
 });
 
-/// One `UPDATE … FROM` for all saved rows: a single JSON parameter unpacked by
-/// `jsonb_to_recordset`, matched on (agent_id, name).
-pub static POSTGRES_SAVE: LazyLock<String> = LazyLock::new(|| postgres_save(1, None));
-
-/// [`POSTGRES_SAVE`] with its JSON in `$parameter`, and with `guard`, only for rows whose agent
-/// that relation (a CTE with an `id` column) yields.
-pub fn postgres_save(parameter: usize, guard: Option<&str>) -> String {
-    let assignments: Vec<String> = names(Written::ByReconcile).map(|c| format!("{c} = v.{c}")).collect();
+/// One `UPDATE … FROM` of the saved rows' `columns`: a single JSON parameter in `$parameter`,
+/// unpacked by `jsonb_to_recordset` and matched on (agent_id, name); with `guard`, only for
+/// rows whose agent that relation (a CTE with an `id` column) yields.
+pub fn postgres_save(parameter: usize, guard: Option<&str>, columns: &[&str]) -> String {
+    let assignments: Vec<String> = columns.iter().map(|c| format!("{c} = v.{c}")).collect();
     let types: Vec<String> = COLUMNS
         .iter()
-        .filter(|c| c.2 != Written::AtCreation)
+        .filter(|c| c.2 == Written::Key || columns.contains(&c.0))
         .map(|(column, sql_type, _)| format!("{column} {sql_type}"))
         .collect();
     let (from, condition) = match guard {
@@ -274,13 +271,13 @@ impl SavedRow<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn workspace() -> Workspace {
+    pub fn workspace(name: &str) -> Workspace {
         Workspace {
             agent_id: "a".into(),
-            name: "w".into(),
+            name: name.into(),
             namespace: "n".into(),
             image: "i".into(),
             cpu: None,
@@ -303,7 +300,7 @@ mod tests {
 
     #[test]
     fn saved_rows_carry_exactly_the_saved_columns() {
-        let workspace = workspace();
+        let workspace = workspace("w");
         let json = serde_json::to_value(SavedRow::of(&workspace)).unwrap();
         let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
         let mut columns: Vec<&str> = saved_order().collect();
@@ -315,7 +312,7 @@ mod tests {
 
     #[test]
     fn sqlite_parameters_follow_the_statement() {
-        let workspace = workspace();
+        let workspace = workspace("w");
         let row = SavedRow::of(&workspace);
         let parameters = row.sqlite_parameters().unwrap();
         assert_eq!(parameters.len(), 15);
@@ -334,6 +331,11 @@ mod tests {
         fields.sort_unstable();
         saved.sort_unstable();
         assert_eq!(fields, saved, "one value per saved column, no more");
-        assert!(POSTGRES_SAVE.contains("v(agent_id TEXT, name TEXT, desired_state TEXT"), "{}", *POSTGRES_SAVE);
+        let save = postgres_save(1, None, &["desired_state", "last_reported_at"]);
+        assert!(
+            save.starts_with("UPDATE workspaces SET desired_state = v.desired_state, last_reported_at ="),
+            "{save}"
+        );
+        assert!(save.contains("v(agent_id TEXT, name TEXT, desired_state TEXT, last_reported_at BIGINT)"), "{save}");
     }
 }

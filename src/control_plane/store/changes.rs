@@ -1,0 +1,104 @@
+//! What a reconcile changed, as PostgreSQL's one UPDATE takes it: only the rows it changed,
+//! and in them only the columns that changed in any of them. PostgreSQL parses every value it
+//! is sent, so a partial reconcile that moves two columns of 50 rows costs about half of one
+//! that sends all 15 (BENCHMARKS.md). A value left out is as it was read, which the revision
+//! guard or the agent's row lock keeps true until the write.
+
+use super::error::{StoreError, StoreResult};
+use super::rows::{SavedRow, saved_order};
+use crate::control_plane::model::Workspace;
+use serde_json::{Map, Value};
+
+/// The changed rows as JSON for `jsonb_to_recordset`, each with its key and `columns`.
+#[derive(Debug, PartialEq)]
+pub struct Changes {
+    pub rows: String,
+    /// The changed columns, in [`saved_order`]; never a key column.
+    pub columns: Vec<&'static str>,
+}
+
+/// The changes between `before` and `after` (the same workspaces, before and after the
+/// decision) in the rows `touched` names. None when no value changed.
+pub fn changes(before: &[Workspace], after: &[Workspace], touched: &[usize]) -> StoreResult<Option<Changes>> {
+    let keys = ["agent_id", "name"];
+    let mut changed_rows = Vec::new();
+    let mut columns: Vec<&'static str> = Vec::new();
+    for &i in touched {
+        let (Some(old), Some(new)) = (before.get(i), after.get(i)) else {
+            return Err(StoreError::Corrupt(format!("touched row {i} is not among the loaded ones")));
+        };
+        let (old, new) = (saved(old)?, saved(new)?);
+        let differing: Vec<&'static str> =
+            saved_order().filter(|c| !keys.contains(c) && old.get(*c) != new.get(*c)).collect();
+        if differing.is_empty() {
+            continue;
+        }
+        for column in differing {
+            if !columns.contains(&column) {
+                columns.push(column);
+            }
+        }
+        changed_rows.push(new);
+    }
+    if changed_rows.is_empty() {
+        return Ok(None);
+    }
+    columns.sort_by_key(|c| saved_order().position(|s| s == *c));
+    let rows: Vec<Map<String, Value>> = changed_rows
+        .into_iter()
+        .map(|mut row| {
+            row.retain(|name, _| keys.contains(&name.as_str()) || columns.contains(&name.as_str()));
+            row
+        })
+        .collect();
+    let rows = serde_json::to_string(&rows).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(Some(Changes { rows, columns }))
+}
+
+fn saved(workspace: &Workspace) -> StoreResult<Map<String, Value>> {
+    match serde_json::to_value(SavedRow::of(workspace)) {
+        Ok(Value::Object(row)) => Ok(row),
+        Ok(other) => Err(StoreError::Corrupt(format!("a saved row serialized as {other}"))),
+        Err(error) => Err(StoreError::Corrupt(error.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control_plane::store::rows::tests::workspace;
+
+    #[test]
+    fn only_changed_rows_and_columns_are_sent() {
+        let before = vec![workspace("a"), workspace("b"), workspace("c")];
+        let mut after = before.clone();
+        after[0].deployment_resource_version = Some("8".into());
+        after[2].last_reported_at = Some(9);
+        let changes = changes(&before, &after, &[0, 1, 2]).unwrap().unwrap();
+        assert_eq!(changes.columns, ["deployment_resource_version", "last_reported_at"]);
+        let rows: Vec<Map<String, Value>> = serde_json::from_str(&changes.rows).unwrap();
+        assert_eq!(rows.len(), 2, "the unchanged row is left out");
+        assert_eq!(rows[0]["name"], "a");
+        assert_eq!(rows[0]["deployment_resource_version"], "8");
+        assert_eq!(rows[0]["last_reported_at"], 3, "a column another row changed carries this row's value");
+        assert_eq!(rows[1]["name"], "c");
+        assert_eq!(rows[1].len(), 4, "key and changed columns only: {:?}", rows[1]);
+    }
+
+    #[test]
+    fn a_value_set_back_to_null_is_a_change() {
+        let before = vec![workspace("a")];
+        let mut after = before.clone();
+        after[0].deployment_resource_version = None;
+        let changes = changes(&before, &after, &[0]).unwrap().unwrap();
+        let rows: Vec<Map<String, Value>> = serde_json::from_str(&changes.rows).unwrap();
+        assert_eq!(rows[0]["deployment_resource_version"], Value::Null);
+    }
+
+    #[test]
+    fn nothing_changed_is_none_and_a_stray_index_is_refused() {
+        let before = vec![workspace("a")];
+        assert_eq!(changes(&before, &before, &[0]).unwrap(), None);
+        assert!(changes(&before, &before, &[1]).is_err());
+    }
+}
