@@ -53,6 +53,22 @@ impl LiveObjects {
         self.owned.insert(key, owned_digest(&projected));
     }
 
+    /// An empty set that keys objects as this one does: for one kind, listed beside the others.
+    pub fn part(&self) -> Self {
+        Self {
+            field_manager: self.field_manager.clone(),
+            listed: BTreeSet::new(),
+            hasher: self.hasher.clone(),
+            owned: HashMap::new(),
+        }
+    }
+
+    /// Take in a [`part`](Self::part): its objects, and the kinds it listed whole.
+    pub fn absorb(&mut self, part: LiveObjects) {
+        self.listed.extend(part.listed);
+        self.owned.extend(part.owned);
+    }
+
     /// Every object of this kind has been observed.
     pub fn listed_whole(&mut self, group: &str, kind: &str) {
         self.listed.insert((group.to_string(), kind.to_string()));

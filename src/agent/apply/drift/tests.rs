@@ -130,3 +130,18 @@ fn a_set_that_does_not_fit_the_object_projects_nothing() {
     let set = json!({"f:items": {"k:not json": {}}});
     assert_eq!(project(&json!({"items": [1]}), set.as_object().unwrap()), None);
 }
+
+#[test]
+fn parts_listed_side_by_side_key_objects_as_the_whole() {
+    let mut whole = LiveObjects::new("wsync");
+    let mut configmaps = whole.part();
+    configmaps.observe("", "ConfigMap", &live(json!({"a": "1", "b": "two"}), all_owned()));
+    configmaps.listed_whole("", "ConfigMap");
+    // A part whose LIST failed is never absorbed: its kind stays unlisted, and is applied.
+    let mut services = whole.part();
+    services.observe("", "Service", &json!({"metadata": {"name": "s", "namespace": "ws"}}));
+    assert!(!whole.in_sync(&desired(), "ws"));
+    whole.absorb(configmaps);
+    assert!(whole.in_sync(&desired(), "ws"));
+    assert_eq!(whole.len(), 1);
+}
