@@ -346,13 +346,15 @@ pub async fn requested_full_resync(port: u16, target: &Target<'_>, request: &str
     let mark = support::audit_mark(support::env());
     annotate_resync(target.id, request);
     wait_for_metric(port, APPLIED, before + target.n as f64, long).await;
+    // The clock stops before the audit log is read: the log grows through a run, and reading
+    // it inside the window made the agent's time grow with it.
+    let done = jiff::Timestamp::now();
     // Its own status and Lease are not workspace objects; a Lease renewal lands in a window
     // now and then.
     let patched = support::agent_writes(support::env(), mark, |e| {
         let resource = &e["objectRef"]["resource"];
         e["verb"] == "patch" && resource != "workspacesyncstatuses" && resource != "leases"
     });
-    let done = jiff::Timestamp::now();
     let started = full_cycle_start(port).await;
     (Duration::try_from(done.duration_since(started)).unwrap_or_default(), patched.len())
 }
