@@ -56,11 +56,14 @@ pub fn pod(namespace: &str, name: &str, id: &str) -> Value {
     })
 }
 
+/// The inventory's key for a workspace's Deployment.
+fn deployment_member(namespace: &str, name: &str) -> String {
+    MemberRef { namespace: namespace.into(), name: name.into(), group: "apps".into(), kind: "Deployment".into() }.key()
+}
+
 pub fn inventory(namespace: &str, name: &str, id: &str) -> Value {
     let inventory = format!("{name}-inventory");
-    let member =
-        MemberRef { namespace: namespace.into(), name: name.into(), group: "apps".into(), kind: "Deployment".into() }
-            .key();
+    let member = deployment_member(namespace, name);
     json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -140,13 +143,7 @@ pub async fn drift_inventories(client: &Client, workload: &Workload, count: usiz
     let stride = (workload.keys.len() / count.max(1)).max(1);
     let mut edited = 0;
     for (namespace, name) in workload.keys.iter().step_by(stride).take(count) {
-        let member = MemberRef {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            group: "apps".into(),
-            kind: "Deployment".into(),
-        };
-        let patch = json!({ "data": { member.key(): "edited by hand" } });
+        let patch = json!({ "data": { deployment_member(namespace, name): "edited by hand" } });
         let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), namespace);
         let inventory = format!("{name}-inventory");
         api.patch(&inventory, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("edit an inventory");

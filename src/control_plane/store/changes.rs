@@ -5,7 +5,7 @@
 //! guard or the agent's row lock keeps true until the write.
 
 use super::error::{StoreError, StoreResult};
-use super::rows::{SavedRow, saved_order};
+use super::rows::{SavedRow, key_columns, rewritten_columns};
 use crate::control_plane::model::Workspace;
 use serde_json::{Map, Value};
 
@@ -13,41 +13,41 @@ use serde_json::{Map, Value};
 #[derive(Debug, PartialEq)]
 pub struct Changes {
     pub rows: String,
-    /// The changed columns, in [`saved_order`]; never a key column.
+    /// The changed columns, in [`rewritten_columns`]'s order; never a key column.
     pub columns: Vec<&'static str>,
 }
 
 /// The changes between `before` and `after` (the same workspaces, before and after the
 /// decision) in the rows `touched` names. None when no value changed.
 pub fn changes(before: &[Workspace], after: &[Workspace], touched: &[usize]) -> StoreResult<Option<Changes>> {
-    let keys = ["agent_id", "name"];
+    let rewritten: Vec<&'static str> = rewritten_columns().collect();
+    let mut changed = vec![false; rewritten.len()];
     let mut changed_rows = Vec::new();
-    let mut columns: Vec<&'static str> = Vec::new();
     for &i in touched {
         let (Some(old), Some(new)) = (before.get(i), after.get(i)) else {
             return Err(StoreError::Corrupt(format!("touched row {i} is not among the loaded ones")));
         };
         let (old, new) = (saved(old)?, saved(new)?);
-        let differing: Vec<&'static str> =
-            saved_order().filter(|c| !keys.contains(c) && old.get(*c) != new.get(*c)).collect();
-        if differing.is_empty() {
-            continue;
-        }
-        for column in differing {
-            if !columns.contains(&column) {
-                columns.push(column);
+        let mut row_changed = false;
+        for (column, flag) in rewritten.iter().zip(changed.iter_mut()) {
+            if old.get(*column) != new.get(*column) {
+                *flag = true;
+                row_changed = true;
             }
         }
-        changed_rows.push(new);
+        if row_changed {
+            changed_rows.push(new);
+        }
     }
     if changed_rows.is_empty() {
         return Ok(None);
     }
-    columns.sort_by_key(|c| saved_order().position(|s| s == *c));
+    let columns: Vec<&'static str> =
+        rewritten.into_iter().zip(changed).filter_map(|(c, flag)| flag.then_some(c)).collect();
     let rows: Vec<Map<String, Value>> = changed_rows
         .into_iter()
         .map(|mut row| {
-            row.retain(|name, _| keys.contains(&name.as_str()) || columns.contains(&name.as_str()));
+            row.retain(|name, _| key_columns().any(|k| k == name) || columns.contains(&name.as_str()));
             row
         })
         .collect();

@@ -25,7 +25,7 @@ fn guarded_write(columns: &[&str]) -> String {
     let saved = if columns.is_empty() {
         String::new()
     } else {
-        format!("saved AS ({} RETURNING 1), ", super::rows::postgres_save(3, Some("guard"), columns))
+        format!("saved AS ({} RETURNING 1), ", postgres_save(3, Some("guard"), columns))
     };
     format!(
         "WITH guard AS (UPDATE agents SET revision = revision + 1 WHERE id = $1 AND revision = $2 RETURNING id), \

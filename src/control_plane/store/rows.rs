@@ -51,9 +51,19 @@ fn names(written: Written) -> impl Iterator<Item = &'static str> {
     COLUMNS.iter().filter(move |c| c.2 == written).map(|c| c.0)
 }
 
+/// The columns that find a row: (agent_id, name).
+pub fn key_columns() -> impl Iterator<Item = &'static str> {
+    names(Written::Key)
+}
+
+/// The columns a reconcile may rewrite.
+pub fn rewritten_columns() -> impl Iterator<Item = &'static str> {
+    names(Written::ByReconcile)
+}
+
 /// A reconcile's columns in the order its SQLite parameters go: the rewritten ones, then the key.
 pub fn saved_order() -> impl Iterator<Item = &'static str> {
-    names(Written::ByReconcile).chain(names(Written::Key))
+    rewritten_columns().chain(key_columns())
 }
 
 pub static SELECT_COLUMNS: LazyLock<String> =
