@@ -87,7 +87,7 @@ async fn the_agent_runs_in_the_cluster_from_its_manifests_and_a_replica_takes_ov
         return;
     }
     let env = env();
-    busybox_image(WORKSPACE_IMAGE, "sleep", r#"["sleep", "2147483647"]"#);
+    workspace_image();
     let imported = Command::new(format!("{ROOT}/hack/local-node.sh"))
         .args(["image", env!("CARGO_BIN_EXE_wsync"), AGENT_IMAGE])
         .status();
@@ -106,13 +106,23 @@ async fn the_agent_runs_in_the_cluster_from_its_manifests_and_a_replica_takes_ov
     }
 
     // The Pods run as the manifests say: non-root, read-only root, all capabilities dropped.
-    let pod: Value =
-        serde_json::from_str(&kubectl_ok(env, &["-n", NAMESPACE, "get", "pods", "-o", "json"])).expect("json");
-    let container = &pod["items"][0]["spec"]["containers"][0];
+    // A Pod of an earlier run may still be terminating beside them: look at one that is not.
+    let pods: Value = serde_json::from_str(&kubectl_ok(
+        env,
+        &["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=wsync-agent", "-o", "json"],
+    ))
+    .expect("json");
+    let pod = pods["items"]
+        .as_array()
+        .and_then(|pods| {
+            pods.iter().find(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+        })
+        .expect("a running agent Pod");
+    let container = &pod["spec"]["containers"][0];
     assert_eq!(container["image"], AGENT_IMAGE);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(pod["items"][0]["spec"]["serviceAccountName"], "wsync-agent");
-    let started = &pod["items"][0]["status"]["containerStatuses"][0]["containerID"];
+    assert_eq!(pod["spec"]["serviceAccountName"], "wsync-agent");
+    let started = &pod["status"]["containerStatuses"][0]["containerID"];
     assert!(started.as_str().is_some_and(|c| c.starts_with("containerd://")), "{started}");
 
     node.cli(&["create", "alice", "--image", WORKSPACE_IMAGE]);

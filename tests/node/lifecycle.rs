@@ -11,7 +11,7 @@ async fn a_workspace_really_runs_stops_starts_and_terminates() {
     if !node_up() {
         return;
     }
-    busybox_image(WORKSPACE_IMAGE, "sleep", r#"["sleep", "2147483647"]"#);
+    workspace_image();
     let node = Node::start("nd");
     let created = Instant::now();
     node.cli(&["create", "alice", "--image", WORKSPACE_IMAGE]);
@@ -45,7 +45,7 @@ async fn real_failures_say_why() {
     if !node_up() {
         return;
     }
-    busybox_image(MEMORY_HOG_IMAGE, "tail", r#"["tail", "/dev/zero"]"#);
+    busybox_image(MEMORY_HOG_IMAGE, &["tail"], r#"["tail", "/dev/zero"]"#);
     let node = Node::start("nf");
     // Nothing answers for this registry: ErrImagePull, then the kubelet backs off.
     node.cli(&["create", "nope", "--image", "registry.invalid/nope:1"]);
@@ -76,7 +76,7 @@ async fn a_pod_that_never_gets_ready_fails_at_its_progress_deadline() {
     if !node_up() {
         return;
     }
-    busybox_image(WORKSPACE_IMAGE, "sleep", r#"["sleep", "2147483647"]"#);
+    workspace_image();
     let env = env();
     let id = unique_id("nr");
     let ns = format!("{id}-1");

@@ -11,7 +11,7 @@ mod lifecycle;
 
 use serde_json::Value;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::tls::Tls;
 use support::*;
 
@@ -41,14 +41,17 @@ fn node_up() -> bool {
 /// A memory hog: reads /dev/zero into memory until the kernel kills it.
 const MEMORY_HOG_IMAGE: &str = "localhost/memhog:1";
 
-/// Build `image` (busybox running `command`, as a non-root user) and import it into the node.
-fn busybox_image(image: &str, applet: &str, command: &str) {
+/// Build `image` (busybox running `command`, as a non-root user, with `applets` on its PATH)
+/// and import it into the node.
+fn busybox_image(image: &str, applets: &[&str], command: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let tar = dir.path().join("image.tar");
+    let links = applets.iter().flat_map(|applet| ["--link".to_string(), format!("/bin/busybox:bin/{applet}")]);
     let built = Command::new("python3")
         .arg(format!("{ROOT}/hack/mkimage.py"))
         .arg(&tar)
-        .args([image, "--file", "/bin/busybox:bin/busybox", "--link", &format!("/bin/busybox:bin/{applet}")])
+        .args([image, "--file", "/bin/busybox:bin/busybox"])
+        .args(links)
         .args(["--cmd", command, "--user", "65532:65532"])
         .status()
         .expect("python3");
@@ -57,11 +60,25 @@ fn busybox_image(image: &str, applet: &str, command: &str) {
     assert!(imported.is_ok_and(|s| s.success()), "importing {image}");
 }
 
+/// The workspace image, built and imported once per run: a shell that sleeps and exits on
+/// SIGTERM, as a real workspace's init does. A bare `sleep` as PID 1 ignores SIGTERM, so every
+/// stop and termination would wait out the 30 s grace period.
+fn workspace_image() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        busybox_image(
+            WORKSPACE_IMAGE,
+            &["sh", "sleep"],
+            r#"["sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"]"#,
+        )
+    });
+}
+
 /// The real control plane on the host, one agent registered with it, and (unless the agent
 /// runs in the cluster) that agent as a host process.
 struct Node {
     control_plane: ControlPlaneProcess,
-    _agent: Option<AgentProcess>,
+    agent: Option<AgentProcess>,
     id: String,
     token: String,
     dir: tempfile::TempDir,
@@ -79,7 +96,7 @@ impl Node {
             &CONTROL_PLANE_FLAGS,
         );
         let mut node = Self::register(prefix, control_plane, dir);
-        node._agent = Some(AgentProcess::start_with_token(env(), &node.id, &node.control_plane.url, &node.token, &[]));
+        node.agent = Some(AgentProcess::start_with_token(env(), &node.id, &node.control_plane.url, &node.token, &[]));
         node
     }
 
@@ -102,19 +119,67 @@ impl Node {
         let registered: Value =
             serde_json::from_str(&control_plane.cli(&["agents", "register", &id, "-o", "json"])).expect("json");
         let token = registered["token"].as_str().expect("a token").to_string();
-        Self { control_plane, _agent: None, id, token, dir }
+        Self { control_plane, agent: None, id, token, dir }
     }
 
     fn cli(&self, args: &[&str]) -> String {
         self.control_plane.cli(&[&["workspaces", "--agent", &self.id], args].concat())
     }
 
+    /// Polls the control plane's view of `name` until `check` holds; on timeout, panics with
+    /// what a user would look at: the workspace, its namespace and what is left in it, the
+    /// agent's status and log.
     async fn wait(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        eventually(&format!("{name} {what}"), LONG, || {
-            let workspace: Value = serde_json::from_str(&self.cli(&["get", name, "-o", "json"])).ok()?;
-            check(&workspace).then_some(workspace)
-        })
-        .await
+        let deadline = Instant::now() + LONG;
+        let mut last = Value::Null;
+        loop {
+            if let Ok(workspace) = serde_json::from_str::<Value>(&self.cli(&["get", name, "-o", "json"])) {
+                if check(&workspace) {
+                    return workspace;
+                }
+                last = workspace;
+            }
+            if Instant::now() >= deadline {
+                panic!("timed out after {LONG:?} waiting for {name} {what}\n{}", self.diagnosis(&last));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn diagnosis(&self, workspace: &Value) -> String {
+        let env = env();
+        let shown = |args: &[&str]| {
+            let out = kubectl(env, args);
+            format!(
+                "$ kubectl {}\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        let mut report = format!("last seen: {workspace:#}\n");
+        if let Some(namespace) = workspace["namespace"].as_str() {
+            report += &shown(&["get", "namespace", namespace, "-o", "jsonpath={.status}"]);
+            report += "\n";
+            report += &shown(&["-n", namespace, "get", "all,pvc,events", "-o", "wide"]);
+        }
+        report += &shown(&["-n", "wsync-system", "get", "wss", &self.id, "-o", "jsonpath={.status}"]);
+        report += "\n";
+        report += &match &self.agent {
+            Some(agent) => {
+                agent.logs().lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+            }
+            None => shown(&[
+                "-n",
+                "wsync-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=wsync-agent",
+                "--tail=30",
+                "--prefix",
+            ]),
+        };
+        report
     }
 
     async fn actual(&self, name: &str, state: &str) -> Value {
