@@ -136,6 +136,36 @@ pub enum ActualState {
     Unknown,
 }
 
+impl DesiredState {
+    /// The state's name on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "Running",
+            Self::Stopped => "Stopped",
+            Self::Terminated => "Terminated",
+            Self::RestartRequested => "RestartRequested",
+        }
+    }
+}
+
+impl ActualState {
+    /// The state's name on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CreationRequested => "CreationRequested",
+            Self::Starting => "Starting",
+            Self::Running => "Running",
+            Self::Stopping => "Stopping",
+            Self::Stopped => "Stopped",
+            Self::Terminating => "Terminating",
+            Self::Terminated => "Terminated",
+            Self::Failed => "Failed",
+            Self::Error => "Error",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
     pub full_reconciliation_interval_seconds: u64,
@@ -216,6 +246,30 @@ mod tests {
     fn empty_request_sends_an_empty_array() {
         let req = ReconcileRequest { update_type: UpdateType::Partial, workspace_agent_infos: vec![] };
         assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"update_type":"partial","workspace_agent_infos":[]}"#);
+    }
+
+    #[test]
+    fn state_names_are_the_wire_names() {
+        use DesiredState as D;
+        for state in [D::Running, D::Stopped, D::Terminated, D::RestartRequested] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        use ActualState as A;
+        let actual = [
+            A::CreationRequested,
+            A::Starting,
+            A::Running,
+            A::Stopping,
+            A::Stopped,
+            A::Terminating,
+            A::Terminated,
+            A::Failed,
+            A::Error,
+            A::Unknown,
+        ];
+        for state in actual {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
     }
 
     #[test]

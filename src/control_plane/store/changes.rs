@@ -5,9 +5,8 @@
 //! guard or the agent's row lock keeps true until the write.
 
 use super::error::{StoreError, StoreResult};
-use super::rows::{SavedRow, key_columns, rewritten_columns};
+use super::rows::{Cell, SavedRow, rewritten_columns};
 use crate::control_plane::model::Workspace;
-use serde_json::{Map, Value};
 
 /// The changed rows as JSON for `jsonb_to_recordset`, each with its key and `columns`.
 #[derive(Debug, PartialEq)]
@@ -20,17 +19,18 @@ pub struct Changes {
 /// The changes between `before` and `after` (the same workspaces, before and after the
 /// decision) in the rows `touched` names. None when no value changed.
 pub fn changes(before: &[Workspace], after: &[Workspace], touched: &[usize]) -> StoreResult<Option<Changes>> {
-    let rewritten: Vec<&'static str> = rewritten_columns().collect();
-    let mut changed = vec![false; rewritten.len()];
+    // A row's cells are the rewritten columns, then the key.
+    let rewritten = rewritten_columns().count();
+    let mut changed = vec![false; rewritten];
     let mut changed_rows = Vec::new();
     for &i in touched {
         let (Some(old), Some(new)) = (before.get(i), after.get(i)) else {
             return Err(StoreError::Corrupt(format!("touched row {i} is not among the loaded ones")));
         };
-        let (old, new) = (saved(old)?, saved(new)?);
+        let (old, new) = (SavedRow::of(old).cells(), SavedRow::of(new).cells());
         let mut row_changed = false;
-        for (column, flag) in rewritten.iter().zip(changed.iter_mut()) {
-            if old.get(*column) != new.get(*column) {
+        for ((flag, (_, old)), (_, new)) in changed.iter_mut().zip(&old).zip(&new) {
+            if old != new {
                 *flag = true;
                 row_changed = true;
             }
@@ -42,24 +42,22 @@ pub fn changes(before: &[Workspace], after: &[Workspace], touched: &[usize]) -> 
     if changed_rows.is_empty() {
         return Ok(None);
     }
-    let columns: Vec<&'static str> =
-        rewritten.into_iter().zip(changed).filter_map(|(c, flag)| flag.then_some(c)).collect();
-    let rows: Vec<Map<String, Value>> = changed_rows
-        .into_iter()
-        .map(|mut row| {
-            row.retain(|name, _| key_columns().any(|k| k == name) || columns.contains(&name.as_str()));
-            row
-        })
+    let sent = |j: usize| changed.get(j).is_none_or(|&flag| flag);
+    let rows: Vec<ChangedRow> = changed_rows
+        .iter()
+        .map(|cells| ChangedRow(cells.iter().enumerate().filter(|(j, _)| sent(*j)).map(|(_, cell)| *cell).collect()))
         .collect();
     let rows = serde_json::to_string(&rows).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let columns = rewritten_columns().zip(changed).filter_map(|(c, flag)| flag.then_some(c)).collect();
     Ok(Some(Changes { rows, columns }))
 }
 
-fn saved(workspace: &Workspace) -> StoreResult<Map<String, Value>> {
-    match serde_json::to_value(SavedRow::of(workspace)) {
-        Ok(Value::Object(row)) => Ok(row),
-        Ok(other) => Err(StoreError::Corrupt(format!("a saved row serialized as {other}"))),
-        Err(error) => Err(StoreError::Corrupt(error.to_string())),
+/// One row as `jsonb_to_recordset` reads it: an object of its key and changed columns.
+struct ChangedRow<'a>(Vec<(&'static str, Cell<'a>)>);
+
+impl serde::Serialize for ChangedRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, cell)| (name, cell)))
     }
 }
 
@@ -67,6 +65,7 @@ fn saved(workspace: &Workspace) -> StoreResult<Map<String, Value>> {
 mod tests {
     use super::*;
     use crate::control_plane::store::rows::tests::workspace;
+    use serde_json::{Map, Value};
 
     #[test]
     fn only_changed_rows_and_columns_are_sent() {

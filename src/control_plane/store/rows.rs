@@ -4,7 +4,7 @@
 
 use super::error::{StoreError, StoreResult};
 use crate::control_plane::agent_config::AgentConfig;
-use crate::control_plane::model::{Workspace, WorkspaceError, state_text};
+use crate::control_plane::model::{Workspace, WorkspaceError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use std::sync::LazyLock;
@@ -195,88 +195,59 @@ pub fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
     })
 }
 
-/// One saved row, serialized with exactly the names of the reconcile's columns.
-#[derive(serde::Serialize)]
-pub struct SavedRow<'a> {
-    pub desired_state: String,
-    pub actual_state: String,
-    pub desired_state_updated_at: i64,
-    pub actual_state_updated_at: i64,
-    pub deployment_resource_version: Option<&'a str>,
-    pub responded_to_agent_at: Option<i64>,
-    pub force_include_all_resources: i64,
-    pub last_reported_at: Option<i64>,
-    pub error_type: Option<&'a str>,
-    pub error_message: Option<&'a str>,
-    pub error_first_seen: Option<i64>,
-    pub error_last_seen: Option<i64>,
-    pub error_desired_state: Option<String>,
-    pub agent_id: &'a str,
-    pub name: &'a str,
+/// One saved value, as both backends take it: SQLite binds it, PostgreSQL reads it from JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Cell<'a> {
+    Text(Option<&'a str>),
+    Integer(Option<i64>),
 }
 
-impl<'a> SavedRow<'a> {
-    pub fn of(w: &'a Workspace) -> Self {
-        let error = w.error.as_ref();
-        Self {
-            desired_state: state_text(&w.desired_state),
-            actual_state: state_text(&w.actual_state),
-            desired_state_updated_at: w.desired_state_updated_at,
-            actual_state_updated_at: w.actual_state_updated_at,
-            deployment_resource_version: w.deployment_resource_version.as_deref(),
-            responded_to_agent_at: w.responded_to_agent_at,
-            force_include_all_resources: i64::from(w.force_include_all_resources),
-            last_reported_at: w.last_reported_at,
-            error_type: error.map(|e| e.error_type.as_str()),
-            error_message: error.map(|e| e.message.as_str()),
-            error_first_seen: error.map(|e| e.first_seen),
-            error_last_seen: error.map(|e| e.last_seen),
-            error_desired_state: error.map(|e| state_text(&e.desired_state)),
-            agent_id: &w.agent_id,
-            name: &w.name,
+impl rusqlite::ToSql for Cell<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Cell::Text(text) => text.to_sql(),
+            Cell::Integer(integer) => integer.to_sql(),
         }
     }
 }
 
-/// Where each of [`saved_order`]'s columns sits in [`SavedRow::fields`], worked out once:
-/// reconciles save thousands of rows a second on SQLite's one writer thread.
-static SQLITE_ORDER: std::sync::OnceLock<Result<Vec<usize>, String>> = std::sync::OnceLock::new();
+/// The values a reconcile saves of one workspace, borrowed from it.
+pub struct SavedRow<'a>(&'a Workspace);
 
-impl SavedRow<'_> {
-    /// Every value with its column's name in [`COLUMNS`]; a test checks they are exactly the
-    /// saved columns.
-    fn fields(&self) -> [(&'static str, &dyn rusqlite::ToSql); 15] {
+impl<'a> SavedRow<'a> {
+    pub fn of(workspace: &'a Workspace) -> Self {
+        Self(workspace)
+    }
+
+    /// Every saved value with its column's name, in [`saved_order`]: the rewritten columns,
+    /// then the key (a test checks the names).
+    pub fn cells(&self) -> [(&'static str, Cell<'a>); 15] {
+        let w = self.0;
+        let error = w.error.as_ref();
+        let (text, integer) = (Cell::Text, Cell::Integer);
         [
-            ("desired_state", &self.desired_state),
-            ("actual_state", &self.actual_state),
-            ("desired_state_updated_at", &self.desired_state_updated_at),
-            ("actual_state_updated_at", &self.actual_state_updated_at),
-            ("deployment_resource_version", &self.deployment_resource_version),
-            ("responded_to_agent_at", &self.responded_to_agent_at),
-            ("force_include_all_resources", &self.force_include_all_resources),
-            ("last_reported_at", &self.last_reported_at),
-            ("error_type", &self.error_type),
-            ("error_message", &self.error_message),
-            ("error_first_seen", &self.error_first_seen),
-            ("error_last_seen", &self.error_last_seen),
-            ("error_desired_state", &self.error_desired_state),
-            ("agent_id", &self.agent_id),
-            ("name", &self.name),
+            ("desired_state", text(Some(w.desired_state.as_str()))),
+            ("actual_state", text(Some(w.actual_state.as_str()))),
+            ("desired_state_updated_at", integer(Some(w.desired_state_updated_at))),
+            ("actual_state_updated_at", integer(Some(w.actual_state_updated_at))),
+            ("deployment_resource_version", text(w.deployment_resource_version.as_deref())),
+            ("responded_to_agent_at", integer(w.responded_to_agent_at)),
+            ("force_include_all_resources", integer(Some(i64::from(w.force_include_all_resources)))),
+            ("last_reported_at", integer(w.last_reported_at)),
+            ("error_type", text(error.map(|e| e.error_type.as_str()))),
+            ("error_message", text(error.map(|e| e.message.as_str()))),
+            ("error_first_seen", integer(error.map(|e| e.first_seen))),
+            ("error_last_seen", integer(error.map(|e| e.last_seen))),
+            ("error_desired_state", text(error.map(|e| e.desired_state.as_str()))),
+            ("agent_id", text(Some(&w.agent_id))),
+            ("name", text(Some(&w.name))),
         ]
     }
 
-    /// The row as SQLite parameters, in [`saved_order`], borrowed: no copy per reconcile.
-    pub fn sqlite_parameters(&self) -> StoreResult<Vec<&dyn rusqlite::ToSql>> {
-        let fields = self.fields();
-        let order = SQLITE_ORDER.get_or_init(|| {
-            saved_order()
-                .map(|column| {
-                    fields.iter().position(|(name, _)| *name == column).ok_or(format!("no value for {column}"))
-                })
-                .collect()
-        });
-        let order = order.as_ref().map_err(|e| StoreError::Corrupt(e.clone()))?;
-        Ok(order.iter().map(|&i| fields[i].1).collect())
+    /// The row as SQLite parameters of [`SQLITE_SAVE`], borrowed: no copy per reconcile.
+    pub fn sqlite_parameters(&self) -> [Cell<'a>; 15] {
+        self.cells().map(|(_, cell)| cell)
     }
 }
 
@@ -309,23 +280,21 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn saved_rows_carry_exactly_the_saved_columns() {
+    fn saved_rows_carry_exactly_the_saved_columns_in_order() {
         let workspace = workspace("w");
-        let json = serde_json::to_value(SavedRow::of(&workspace)).unwrap();
-        let mut keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
-        let mut columns: Vec<&str> = saved_order().collect();
-        keys.sort_unstable();
-        columns.sort_unstable();
-        assert_eq!(keys, columns);
-        assert_eq!(json["force_include_all_resources"], 1);
+        let cells = SavedRow::of(&workspace).cells();
+        let names: Vec<&str> = cells.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, saved_order().collect::<Vec<_>>(), "one value per saved column, in the statement's order");
+        assert_eq!(cells[6], ("force_include_all_resources", Cell::Integer(Some(1))));
+        assert_eq!(serde_json::to_value(cells[0].1).unwrap(), "Running");
+        assert_eq!(serde_json::to_value(Cell::Text(None)).unwrap(), serde_json::Value::Null);
     }
 
     #[test]
     fn sqlite_parameters_follow_the_statement() {
+        use rusqlite::ToSql;
         let workspace = workspace("w");
-        let row = SavedRow::of(&workspace);
-        let parameters = row.sqlite_parameters().unwrap();
-        assert_eq!(parameters.len(), 15);
+        let parameters = SavedRow::of(&workspace).sqlite_parameters();
         assert!(SQLITE_SAVE.contains("desired_state = ?1,") && SQLITE_SAVE.ends_with("agent_id = ?14 AND name = ?15"));
         let text = |i: usize| match parameters[i].to_sql().unwrap() {
             rusqlite::types::ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(t)) => {
@@ -336,11 +305,6 @@ pub(super) mod tests {
         };
         assert_eq!(text(0), "Running");
         assert_eq!(text(13), "a");
-        let mut fields: Vec<&str> = row.fields().iter().map(|(name, _)| *name).collect();
-        let mut saved: Vec<&str> = saved_order().collect();
-        fields.sort_unstable();
-        saved.sort_unstable();
-        assert_eq!(fields, saved, "one value per saved column, no more");
         let save = postgres_save(1, None, &["desired_state", "last_reported_at"]);
         assert!(
             save.starts_with("UPDATE workspaces SET desired_state = v.desired_state, last_reported_at ="),

@@ -158,7 +158,7 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
         pipeline::decide(&mut workspaces, &job.agent, &job.request, &job.config, now).map_err(StoreError::Corrupt)?;
     let mut save = connection.prepare_cached(&SQLITE_SAVE)?;
     for &i in &decision.touched {
-        save.execute(rusqlite::params_from_iter(SavedRow::of(&workspaces[i]).sqlite_parameters()?))?;
+        save.execute(rusqlite::params_from_iter(SavedRow::of(&workspaces[i]).sqlite_parameters()))?;
     }
     let mut record = connection.prepare_cached(super::orphans::SQLITE_RECORD)?;
     for orphan in &decision.orphans {
