@@ -64,8 +64,10 @@ impl Store {
         request: &ReconcileRequest,
         config: &PipelineConfig,
     ) -> StoreResult<Option<ReconcileResponse>> {
+        // One connection for the read and the write: the pool checks each one it hands out.
+        let mut connection = self.pool.acquire().await?;
         let now = self.clock.now();
-        let rows = sqlx::query(&AGENT_WORKSPACES_AND_REVISION).bind(&agent.id).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&AGENT_WORKSPACES_AND_REVISION).bind(&agent.id).fetch_all(&mut *connection).await?;
         let Some(first) = rows.first() else {
             return Err(StoreError::Conflict(format!("no agent {:?}", agent.id)));
         };
@@ -79,6 +81,8 @@ impl Store {
         let loaded = workspaces.clone();
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
         if !decision.new_errors.is_empty() {
+            // Its own connection: holding two per request could exhaust the pool.
+            drop(connection);
             return self.reconcile_locked(agent, request, config).await.map(Some);
         }
         let changes = changes(&loaded, &workspaces, &decision.touched)?;
@@ -91,7 +95,7 @@ impl Store {
             .bind(revision)
             .bind(rows)
             .bind(orphans_seen(&decision)?)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *connection)
             .await?;
         let won: i64 = row.try_get("won")?;
         Ok((won == 1).then_some(decision.response))
