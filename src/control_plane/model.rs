@@ -29,11 +29,16 @@ pub struct Workspace {
     pub error: Option<WorkspaceError>,
     pub created_at: i64,
     /// The agent's settings when this workspace was created: what its config is built from.
-    #[serde(default = "crate::control_plane::agent_config::AgentConfig::before_settings")]
-    pub agent_config: crate::control_plane::agent_config::AgentConfig,
+    /// Shared: an agent's workspaces nearly always hold the same settings.
+    #[serde(default = "settings_before_they_existed")]
+    pub agent_config: std::sync::Arc<crate::control_plane::agent_config::AgentConfig>,
     /// Whose it is (GitLab's user), for `workspaces_per_user_quota`.
     #[serde(default)]
     pub owner: Option<String>,
+}
+
+fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::agent_config::AgentConfig> {
+    crate::control_plane::agent_config::AgentConfig::before_settings().into()
 }
 
 impl WorkspaceError {

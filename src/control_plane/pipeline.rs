@@ -233,6 +233,6 @@ fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec 
         agent_id: agent.id.clone(),
         label_key: label_key.to_string(),
         image_pull_secrets: agent.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
-        config: workspace.agent_config.clone(),
+        config: workspace.agent_config.as_ref().clone(),
     }
 }

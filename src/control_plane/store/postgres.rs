@@ -9,7 +9,7 @@
 use super::Store;
 use super::changes::changes;
 use super::error::{StoreError, StoreResult};
-use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, postgres_save, workspace_from_row};
+use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, WorkspaceReader, postgres_save};
 use crate::control_plane::model::{Agent, Workspace, state_text};
 use crate::control_plane::pipeline::{self, Decision, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
@@ -72,10 +72,10 @@ impl Store {
             return Err(StoreError::Conflict(format!("no agent {:?}", agent.id)));
         };
         let revision: i64 = first.try_get("agent_revision")?;
-        let mut workspaces: Vec<Workspace> = Vec::with_capacity(rows.len());
+        let (mut reader, mut workspaces) = (WorkspaceReader::default(), Vec::with_capacity(rows.len()));
         for row in &rows {
             if row.try_get::<Option<String>, _>("name")?.is_some() {
-                workspaces.push(workspace_from_row(row)?);
+                workspaces.push(reader.read(row)?);
             }
         }
         let loaded = workspaces.clone();
@@ -112,7 +112,8 @@ impl Store {
         self.lock_agent(&mut tx, &agent.id).await?;
         let now = self.clock.now();
         let rows = sqlx::query(&AGENT_WORKSPACES).bind(&agent.id).fetch_all(&mut *tx).await?;
-        let mut workspaces: Vec<Workspace> = rows.iter().map(workspace_from_row).collect::<StoreResult<_>>()?;
+        let mut reader = WorkspaceReader::default();
+        let mut workspaces: Vec<Workspace> = rows.iter().map(|row| reader.read(row)).collect::<StoreResult<_>>()?;
         let loaded = workspaces.clone();
         let decision = pipeline::decide(&mut workspaces, agent, request, config, now).map_err(StoreError::Corrupt)?;
         if let Some(changes) = changes(&loaded, &workspaces, &decision.touched)? {

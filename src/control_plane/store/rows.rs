@@ -7,7 +7,7 @@ use crate::control_plane::agent_config::AgentConfig;
 use crate::control_plane::model::{Workspace, WorkspaceError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 /// How a reconcile treats a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,41 +158,68 @@ impl Columns for rusqlite::Row<'_> {
 
 /// A row selected with [`SELECT_COLUMNS`].
 pub fn workspace_from_row(row: &impl Columns) -> StoreResult<Workspace> {
-    let env = row.required_text("env")?;
-    let error = match row.text("error_type")? {
-        Some(error_type) => Some(WorkspaceError {
-            error_type,
-            message: row.text("error_message")?.unwrap_or_default(),
-            first_seen: row.integer("error_first_seen")?.unwrap_or_default(),
-            last_seen: row.integer("error_last_seen")?.unwrap_or_default(),
-            desired_state: parse_enum(&row.text("error_desired_state")?.unwrap_or_default())?,
-        }),
-        None => None,
-    };
-    Ok(Workspace {
-        agent_id: row.required_text("agent_id")?,
-        name: row.required_text("name")?,
-        namespace: row.required_text("namespace")?,
-        image: row.required_text("image")?,
-        cpu: row.text("cpu")?,
-        memory: row.text("memory")?,
-        env: serde_json::from_str(&env).map_err(|e| StoreError::Corrupt(format!("env: {e}")))?,
-        desired_state: parse_enum(&row.required_text("desired_state")?)?,
-        actual_state: parse_enum(&row.required_text("actual_state")?)?,
-        desired_state_updated_at: row.required_integer("desired_state_updated_at")?,
-        actual_state_updated_at: row.required_integer("actual_state_updated_at")?,
-        deployment_resource_version: row.text("deployment_resource_version")?,
-        responded_to_agent_at: row.integer("responded_to_agent_at")?,
-        force_include_all_resources: row.required_integer("force_include_all_resources")? != 0,
-        last_reported_at: row.integer("last_reported_at")?,
-        error,
-        created_at: row.required_integer("created_at")?,
-        agent_config: match row.text("agent_config")? {
-            Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("agent_config: {e}")))?,
-            None => AgentConfig::before_settings(),
-        },
-        owner: row.text("owner")?,
-    })
+    WorkspaceReader::default().read(row)
+}
+
+/// Reads the rows of one load. An agent's workspaces nearly always hold the settings it had
+/// when they were created, the same text row after row: a text equal to the last one read is
+/// not parsed again, and the rows share it.
+#[derive(Default)]
+pub struct WorkspaceReader {
+    last_settings: Option<(String, Arc<AgentConfig>)>,
+}
+
+impl WorkspaceReader {
+    pub fn read(&mut self, row: &impl Columns) -> StoreResult<Workspace> {
+        let env = row.required_text("env")?;
+        let error = match row.text("error_type")? {
+            Some(error_type) => Some(WorkspaceError {
+                error_type,
+                message: row.text("error_message")?.unwrap_or_default(),
+                first_seen: row.integer("error_first_seen")?.unwrap_or_default(),
+                last_seen: row.integer("error_last_seen")?.unwrap_or_default(),
+                desired_state: parse_enum(&row.text("error_desired_state")?.unwrap_or_default())?,
+            }),
+            None => None,
+        };
+        Ok(Workspace {
+            agent_id: row.required_text("agent_id")?,
+            name: row.required_text("name")?,
+            namespace: row.required_text("namespace")?,
+            image: row.required_text("image")?,
+            cpu: row.text("cpu")?,
+            memory: row.text("memory")?,
+            env: serde_json::from_str(&env).map_err(|e| StoreError::Corrupt(format!("env: {e}")))?,
+            desired_state: parse_enum(&row.required_text("desired_state")?)?,
+            actual_state: parse_enum(&row.required_text("actual_state")?)?,
+            desired_state_updated_at: row.required_integer("desired_state_updated_at")?,
+            actual_state_updated_at: row.required_integer("actual_state_updated_at")?,
+            deployment_resource_version: row.text("deployment_resource_version")?,
+            responded_to_agent_at: row.integer("responded_to_agent_at")?,
+            force_include_all_resources: row.required_integer("force_include_all_resources")? != 0,
+            last_reported_at: row.integer("last_reported_at")?,
+            error,
+            created_at: row.required_integer("created_at")?,
+            agent_config: self.settings(row.text("agent_config")?)?,
+            owner: row.text("owner")?,
+        })
+    }
+
+    fn settings(&mut self, text: Option<String>) -> StoreResult<Arc<AgentConfig>> {
+        let Some(text) = text else {
+            return Ok(AgentConfig::before_settings().into());
+        };
+        if let Some((last, settings)) = &self.last_settings
+            && *last == text
+        {
+            return Ok(settings.clone());
+        }
+        let settings: Arc<AgentConfig> = serde_json::from_str::<AgentConfig>(&text)
+            .map_err(|e| StoreError::Corrupt(format!("agent_config: {e}")))?
+            .into();
+        self.last_settings = Some((text, settings.clone()));
+        Ok(settings)
+    }
 }
 
 /// One saved value, as both backends take it: SQLite binds it, PostgreSQL reads it from JSON.
@@ -274,7 +301,7 @@ pub(super) mod tests {
             last_reported_at: Some(3),
             error: None,
             created_at: 0,
-            agent_config: AgentConfig::before_settings(),
+            agent_config: AgentConfig::before_settings().into(),
             owner: None,
         }
     }

@@ -7,7 +7,7 @@
 //! commit: an acknowledgement never reaches an agent before it is durable.
 
 use super::error::{StoreError, StoreResult};
-use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, workspace_from_row};
+use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, WorkspaceReader};
 use crate::control_plane::model::{Agent, Clock, state_text};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
@@ -152,8 +152,9 @@ fn commit(connection: &mut Connection, batch: &[Job]) -> rusqlite::Result<Vec<St
 fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileResponse> {
     let now = job.clock.now();
     let mut load = connection.prepare_cached(&AGENT_WORKSPACES)?;
+    let mut reader = WorkspaceReader::default();
     let mut workspaces =
-        load.query_and_then([&job.agent.id], |row| workspace_from_row(row))?.collect::<StoreResult<Vec<_>>>()?;
+        load.query_and_then([&job.agent.id], |row| reader.read(row))?.collect::<StoreResult<Vec<_>>>()?;
     let decision =
         pipeline::decide(&mut workspaces, &job.agent, &job.request, &job.config, now).map_err(StoreError::Corrupt)?;
     let mut save = connection.prepare_cached(&SQLITE_SAVE)?;
