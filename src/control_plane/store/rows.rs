@@ -306,6 +306,56 @@ pub(super) mod tests {
         }
     }
 
+    /// A row as a map of column to text, integers written as text.
+    struct TestRow(std::collections::HashMap<&'static str, &'static str>);
+
+    impl Columns for TestRow {
+        fn text(&self, column: &str) -> StoreResult<Option<String>> {
+            Ok(self.0.get(column).map(|v| v.to_string()))
+        }
+
+        fn integer(&self, column: &str) -> StoreResult<Option<i64>> {
+            self.0.get(column).map(|v| v.parse().map_err(|_| StoreError::Corrupt(column.into()))).transpose()
+        }
+    }
+
+    fn row(name: &'static str, settings: Option<&'static str>) -> TestRow {
+        let mut row = std::collections::HashMap::from([
+            ("agent_id", "a"),
+            ("name", name),
+            ("namespace", "n"),
+            ("image", "i"),
+            ("env", "{}"),
+            ("desired_state", "Running"),
+            ("actual_state", "Running"),
+            ("desired_state_updated_at", "1"),
+            ("actual_state_updated_at", "2"),
+            ("force_include_all_resources", "0"),
+            ("created_at", "0"),
+        ]);
+        if let Some(settings) = settings {
+            row.insert("agent_config", settings);
+        }
+        TestRow(row)
+    }
+
+    #[test]
+    fn rows_with_the_same_settings_share_one_parse_and_others_get_their_own() {
+        let mut reader = WorkspaceReader::default();
+        let [a, b, c, d] = [
+            row("a", Some(r#"{"labels": {"team": "x"}}"#)),
+            row("b", Some(r#"{"labels": {"team": "x"}}"#)),
+            row("c", Some(r#"{"labels": {"team": "y"}}"#)),
+            row("d", None),
+        ]
+        .map(|r| reader.read(&r).unwrap());
+        assert!(Arc::ptr_eq(&a.agent_config, &b.agent_config), "one parse for one text");
+        assert_eq!(a.agent_config.labels["team"], "x");
+        assert_eq!(c.agent_config.labels["team"], "y", "a different text is parsed, not reused");
+        assert_eq!(*d.agent_config, AgentConfig::before_settings(), "no settings: as before settings existed");
+        assert!(reader.read(&row("e", Some("{not json"))).is_err(), "a corrupt text is refused, not reused");
+    }
+
     #[test]
     fn saved_rows_carry_exactly_the_saved_columns_in_order() {
         let workspace = workspace("w");
