@@ -11,8 +11,8 @@ use wsync::control_plane::api::{AdminCredential, AppState, router};
 use wsync::control_plane::model::{NewWorkspace, workspace_namespace};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
-use wsync::control_plane::store::Store;
 use wsync::control_plane::store::rows::SELECT_COLUMNS;
+use wsync::control_plane::store::{Store, pool_options};
 use wsync::protocol::{RECONCILE_PATH, Settings};
 
 const INFOS: usize = 50;
@@ -141,21 +141,8 @@ async fn requests_per_second(fleet: &Fleet, database_url: &str, servers: usize, 
 /// their reported version, with the same clients on the same database.
 async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> Result<f64, String> {
     sqlx::any::install_default_drivers();
-    // Connected as the store connects: SQLite through one connection with its pragmas (WAL
-    // is the file's own), PostgreSQL through a pool of eight.
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(if postgres { 8 } else { 1 })
-        .after_connect(move |connection, _| {
-            Box::pin(async move {
-                if !postgres {
-                    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *connection).await?;
-                }
-                Ok(())
-            })
-        })
-        .connect(database_url)
-        .await
-        .map_err(|e| e.to_string())?;
+    // Connected as the store connects.
+    let pool = pool_options(!postgres).connect(database_url).await.map_err(|e| e.to_string())?;
     let select = format!("SELECT {} FROM workspaces WHERE agent_id = $1", *SELECT_COLUMNS);
     let write = if postgres {
         "UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \

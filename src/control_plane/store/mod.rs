@@ -61,6 +61,40 @@ pub struct Store {
 /// Workspaces per page of the agent page and the list API, at most.
 pub const MAX_PAGE: usize = 500;
 
+/// How the store connects; the bench's floor connects the same way. SQLite: one connection
+/// (one writer: no "database is locked" under load). PostgreSQL: eight, and a connection idle
+/// for a second or more is pinged before it is handed out, not every one: a reconcile takes one
+/// or two a request, and a ping is a round trip. A connection that breaks within a second of
+/// its last use fails its request once, and the agent retries.
+pub fn pool_options(sqlite: bool) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(if sqlite { 1 } else { 8 })
+        .test_before_acquire(false)
+        .before_acquire(move |connection, meta| {
+            Box::pin(async move {
+                if !sqlite && meta.idle_for >= std::time::Duration::from_secs(1) {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        })
+        // Per connection, so that a reconnected pool keeps them. With WAL, `synchronous =
+        // NORMAL` never corrupts and survives a process crash; only a power loss may drop
+        // the last commits. FULL would fsync on every reconcile.
+        .after_connect(move |connection, _| {
+            Box::pin(async move {
+                if sqlite {
+                    for pragma in
+                        ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"]
+                    {
+                        sqlx::query(pragma).execute(&mut *connection).await?;
+                    }
+                }
+                Ok(())
+            })
+        })
+}
+
 impl Store {
     /// Open (and for SQLite, create) the database, and migrate it.
     pub async fn connect(url: &str) -> StoreResult<Self> {
@@ -70,31 +104,11 @@ impl Store {
         } else {
             url.to_string()
         };
-        // SQLite has one writer: one connection avoids "database is locked" under load.
         let sqlite = url.starts_with("sqlite:");
         if sqlite {
             SqliteWriter::check_writable(&url)?;
         }
-        let max = if sqlite { 1 } else { 8 };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max)
-            // Per connection, so that a reconnected pool keeps them. With WAL, `synchronous =
-            // NORMAL` never corrupts and survives a process crash; only a power loss may drop
-            // the last commits. FULL would fsync on every reconcile.
-            .after_connect(move |connection, _| {
-                Box::pin(async move {
-                    if sqlite {
-                        for pragma in
-                            ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"]
-                        {
-                            sqlx::query(pragma).execute(&mut *connection).await?;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&url)
-            .await?;
+        let pool = pool_options(sqlite).connect(&url).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         let backend = if sqlite { Backend::Sqlite(SqliteWriter::open(&url)?) } else { Backend::Postgres };
         Ok(Self { pool, backend, clock: Clock::system() })
