@@ -64,7 +64,8 @@ impl Store {
         request: &ReconcileRequest,
         config: &PipelineConfig,
     ) -> StoreResult<Option<ReconcileResponse>> {
-        // One connection for the read and the write: the pool checks each one it hands out.
+        // One connection for the read and the write: one trip to the pool, and one check of it
+        // if it sat idle.
         let mut connection = self.pool.acquire().await?;
         let now = self.clock.now();
         let rows = sqlx::query(&AGENT_WORKSPACES_AND_REVISION).bind(&agent.id).fetch_all(&mut *connection).await?;
