@@ -53,6 +53,9 @@ refusal() {
 check_machine() {
   local refused; refused=$(refusal)
   [ -z "$refused" ] || die "$refused"
+  local free_kib; free_kib=$(df -Pk "$(dirname "$STATE")" | awk 'NR == 2 {print $4}')
+  [ "${free_kib:-0}" -ge 1048576 ] \
+    || die "only $((${free_kib:-0} / 1024)) MiB free under $(dirname "$STATE"): the kubelet taints its node with disk-pressure below 512 MiB and no workspace Pod would start; free some space"
   hack/local-cluster.sh status || die "no local apiserver: run hack/local-cluster.sh up first"
   openssl x509 -in "$CLUSTER/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$NODE_IP" \
     || die "the apiserver's certificate does not name $NODE_IP, where Pods reach it: a cluster from an older hack/local-cluster.sh; run hack/local-cluster.sh down, then up"
@@ -118,7 +121,9 @@ failSwapOn: false
 makeIPTablesUtilChains: false
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
-evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+# Absolute floors: a percentage of a large shared disk taints the node (disk-pressure) while
+# gigabytes are still free, and every workspace Pod then stays Pending.
+evictionHard: {memory.available: "100Mi", nodefs.available: "512Mi", imagefs.available: "512Mi"}
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 nodeStatusUpdateFrequency: 10s
