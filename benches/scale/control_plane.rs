@@ -183,6 +183,88 @@ async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> R
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
+/// The floor again through sqlx's own PostgreSQL driver instead of `Any`: rows decoded lazily
+/// and typed, the written rows bound as arrays (binary) instead of one JSON text. What leaving
+/// the `Any` driver would buy the store, measured beside the floor the store has now.
+async fn typed_floor_per_second(database_url: &str, seconds: u64) -> Result<f64, String> {
+    use sqlx::{Column, Row, TypeInfo};
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(CLIENTS as u32)
+        .connect(database_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let select = format!("SELECT {} FROM workspaces WHERE agent_id = $1", *SELECT_COLUMNS);
+    let write = "UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \
+                 FROM unnest($2::text[], $3::text[], $4::bigint[]) AS v(name, rv, at) \
+                 WHERE workspaces.agent_id = $1 AND workspaces.name = v.name";
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let counts = futures::stream::iter(0..CLIENTS)
+        .map(|client| {
+            let (pool, select) = (pool.clone(), select.clone());
+            async move {
+                let id = agent_id(client);
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let rows = sqlx::query(&select).bind(&id).fetch_all(&pool).await.map_err(|e| e.to_string())?;
+                    // Every value decoded, as the store decodes them.
+                    let mut names = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        for (i, column) in row.columns().iter().enumerate() {
+                            if column.type_info().name() == "INT8" {
+                                row.try_get::<Option<i64>, _>(i).map_err(|e| e.to_string())?;
+                            } else {
+                                row.try_get::<Option<String>, _>(i).map_err(|e| e.to_string())?;
+                            }
+                        }
+                        names.push(row.try_get::<String, _>("name").map_err(|e| e.to_string())?);
+                    }
+                    let versions = vec![(done + 1).to_string(); names.len()];
+                    let at = vec![done as i64; names.len()];
+                    let written = sqlx::query(write).bind(&id).bind(&names).bind(&versions).bind(&at);
+                    written.execute(&pool).await.map_err(|e| e.to_string())?;
+                    done += 1;
+                }
+                Ok::<u64, String>(done)
+            }
+        })
+        .buffer_unordered(CLIENTS)
+        .collect::<Vec<_>>()
+        .await;
+    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The PostgreSQL server's own ceiling on this machine: pgbench (C, no logic, one client per
+/// agent) running the floor's two statements, the written rows generated in SQL. What a
+/// control plane in front of PostgreSQL can reach at most, beside what SQLite's whole pipeline
+/// reaches in the same run. None when pgbench is not installed.
+async fn server_alone_per_second(database_url: &str, seconds: u64) -> Result<Option<f64>, String> {
+    let script = format!(
+        "SELECT {} FROM workspaces WHERE agent_id = 'bench-' || :client_id;\n\
+         UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \
+         FROM (SELECT 'ws-' || i AS name, (random() * 1e9)::bigint::text AS rv, 1::bigint AS at \
+         FROM generate_series(0, {}) AS i) AS v \
+         WHERE workspaces.agent_id = 'bench-' || :client_id AND workspaces.name = v.name;\n",
+        *SELECT_COLUMNS,
+        INFOS - 1,
+    );
+    let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    std::fs::write(file.path(), script).map_err(|e| e.to_string())?;
+    let mut pgbench = std::process::Command::new("pgbench");
+    pgbench.args(["-n", "-M", "prepared", "-c", &CLIENTS.to_string(), "-j", "2", "-T", &seconds.to_string(), "-f"]);
+    pgbench.arg(file.path()).arg(database_url);
+    let output = match tokio::task::spawn_blocking(move || pgbench.output()).await.map_err(|e| e.to_string())? {
+        Ok(output) => output,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let said = String::from_utf8_lossy(&output.stdout);
+    let tps = said.lines().find_map(|line| line.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok());
+    tps.map(Some).ok_or_else(|| format!("pgbench: {said}{}", String::from_utf8_lossy(&output.stderr)))
+}
+
+/// A database of its own for one row; dropped by `drop_postgres_databases` after the table.
 async fn fresh_postgres_database(name: &str) -> Option<String> {
     let admin = std::env::var("WSYNC_TEST_POSTGRES_URL").ok()?;
     sqlx::any::install_default_drivers();
@@ -191,6 +273,17 @@ async fn fresh_postgres_database(name: &str) -> Option<String> {
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database}")).execute(&pool).await.ok()?;
     sqlx::query(&format!("CREATE DATABASE {database}")).execute(&pool).await.ok()?;
     admin.rsplit_once('/').map(|(base, _)| format!("{base}/{database}"))
+}
+
+/// FORCE: the aborted servers' pools may still hold connections.
+async fn drop_postgres_databases(urls: &[&str]) {
+    let Ok(admin) = std::env::var("WSYNC_TEST_POSTGRES_URL") else { return };
+    let Ok(pool) = sqlx::AnyPool::connect(&admin).await else { return };
+    for database in urls.iter().filter_map(|url| url.rsplit_once('/').map(|(_, name)| name)) {
+        if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).execute(&pool).await {
+            eprintln!("could not drop the bench's database {database}: {e}");
+        }
+    }
 }
 
 /// The control plane's rate and its floor's on one database, each the median of `rounds`
@@ -244,10 +337,20 @@ pub async fn print_throughput(options: &Options) {
     };
     let one_rate = side_by_side(&one, 1, seconds, rounds).await.expect("the PostgreSQL runs");
     let one_rate = row("PostgreSQL, one process", one_rate);
+    let typed = typed_floor_per_second(&one, seconds).await.expect("the typed floor");
+    println!("| PostgreSQL floor through sqlx's own driver, not `Any` | | {typed:.0} | | |");
+    match server_alone_per_second(&one, seconds).await.expect("pgbench") {
+        Some(alone) => {
+            println!("| PostgreSQL server alone (pgbench, the floor's statements) | | {alone:.0} | | |");
+            println!("| … its ceiling ÷ SQLite, the most any client reaches | | {:.2} | | |", alone / sqlite_rate);
+        }
+        None => println!("| PostgreSQL server alone | | not run: no pgbench (package postgresql-client) | | |"),
+    }
     let two = fresh_postgres_database("two").await.expect("a second database");
     let two_rate = side_by_side(&two, 2, seconds, rounds).await.expect("the two-process runs");
     let two_rate = row("PostgreSQL, two processes", two_rate);
     println!("| PostgreSQL two processes ÷ SQLite | ≥ 1.0 | **{:.2}** | | |", two_rate / sqlite_rate);
     println!("| PostgreSQL two processes ÷ one | ≥ 1.0 | **{:.2}** | | |", two_rate / one_rate);
+    drop_postgres_databases(&[&one, &two]).await;
     println!();
 }
