@@ -172,3 +172,76 @@ async fn creations_while_reconciles_commit_on_sqlite() {
         }
     }
 }
+
+/// Many agents reconcile at once, as a busy control plane sees them (on SQLite in one writer's
+/// shared commits, on PostgreSQL side by side on the pool): each agent's rows get its own
+/// report, its orphan is recorded under it, and an agent reporting a new error (on PostgreSQL
+/// the locked path) is answered like the rest.
+async fn agents_side_by_side(store: Store) {
+    const AGENTS: usize = 12;
+    let mut agents = Vec::new();
+    for a in 0..AGENTS {
+        let id = format!("side-{a}");
+        let token = store.create_agent(&id, &[]).await.unwrap();
+        for w in 0..5 {
+            create(&store, &id, &format!("w-{w}")).await;
+        }
+        agents.push(store.agent_by_token(&token).await.unwrap().expect("the agent"));
+    }
+    let report = |agent: &str, round: usize| {
+        let mut infos: Vec<WorkspaceAgentInfo> = (0..5)
+            .map(|w| {
+                let name = format!("w-{w}");
+                let namespace = workspace_namespace(agent, &name);
+                let info = serde_json::json!({"metadata": {"name": name, "namespace": namespace,
+                    "resourceVersion": format!("{agent}/{name}/{round}")}});
+                WorkspaceAgentInfo {
+                    name,
+                    namespace,
+                    latest_k8s_deployment_info: Some(info.into()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        infos.push(WorkspaceAgentInfo {
+            name: "stray".into(),
+            namespace: format!("{agent}-stray"),
+            ..Default::default()
+        });
+        if agent.ends_with('3') {
+            infos[0].error_details =
+                Some(ErrorDetails { error_type: ErrorType::Applier, error_message: "boom".into() });
+        }
+        ReconcileRequest { update_type: UpdateType::Partial, workspace_agent_infos: infos }
+    };
+    let config = pipeline(100);
+    for round in 0..3 {
+        let reconciles = agents.iter().map(|agent| store.reconcile(agent, report(&agent.id, round), &config));
+        for (agent, answer) in agents.iter().zip(futures::future::join_all(reconciles).await) {
+            answer.unwrap_or_else(|e| panic!("{}'s reconcile in round {round}: {e}", agent.id));
+        }
+    }
+    for agent in &agents {
+        for w in 0..5 {
+            let name = format!("w-{w}");
+            let saved = store.workspace(&agent.id, &name).await.unwrap().expect("the workspace");
+            assert_eq!(saved.deployment_resource_version, Some(format!("{}/{name}/2", agent.id)), "{}", agent.id);
+        }
+        let orphans = store.orphans(&agent.id).await.unwrap();
+        assert_eq!(orphans.iter().map(|o| o.namespace.as_str()).collect::<Vec<_>>(), [format!("{}-stray", agent.id)]);
+    }
+    let failing = store.workspace("side-3", "w-0").await.unwrap().expect("the workspace");
+    assert_eq!(failing.error.map(|e| e.message), Some("boom".into()), "the error reached its row");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_side_by_side_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    agents_side_by_side(Store::connect(&format!("sqlite://{}/side.db", dir.path().display())).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_side_by_side_on_postgres() {
+    let url = postgres::fresh_database("side_by_side").await;
+    agents_side_by_side(Store::connect(&url).await.unwrap()).await;
+}
