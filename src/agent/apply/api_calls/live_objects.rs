@@ -79,3 +79,6 @@ impl ApiCalls {
         }
     }
 }
+
+#[cfg(test)]
+mod verifier;
