@@ -77,6 +77,32 @@ async fn serve(database_url: &str) -> Result<(String, tokio::task::JoinHandle<()
     Ok((url, server))
 }
 
+/// Rounds per second of [`CLIENTS`] clients side by side, each running `round(client, done)`
+/// again and again for `seconds`.
+async fn rounds_per_second<F, R>(seconds: u64, round: F) -> Result<f64, String>
+where
+    F: Fn(usize, u64) -> R,
+    R: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let round = &round;
+    let counts = futures::stream::iter(0..CLIENTS)
+        .map(|client| async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                round(client, done).await?;
+                done += 1;
+            }
+            Ok::<u64, String>(done)
+        })
+        .buffer_unordered(CLIENTS)
+        .collect::<Vec<_>>()
+        .await;
+    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
 /// Reconciles per second through `servers` control planes on one database, the clients
 /// spread over them.
 async fn requests_per_second(fleet: &Fleet, database_url: &str, servers: usize, seconds: u64) -> Result<f64, String> {
@@ -105,35 +131,23 @@ async fn requests_per_second(fleet: &Fleet, database_url: &str, servers: usize, 
             .collect();
         json!({ "update_type": "partial", "workspace_agent_infos": infos }).to_string()
     };
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let counts = futures::stream::iter(0..CLIENTS)
-        .map(|client| {
-            let (http, url, token) = (http.clone(), urls[client % urls.len()].clone(), fleet.tokens[client].clone());
-            let template = template(client);
-            async move {
-                let mut done = 0u64;
-                while Instant::now() < deadline {
-                    let round = format!("\"resourceVersion\":\"{}\"", done + 1);
-                    let body = template.replace("\"resourceVersion\":\"0\"", &round);
-                    let response = http.post(&url).bearer_auth(&token).header("content-type", "application/json");
-                    match response.body(body).send().await {
-                        Ok(r) if r.status().as_u16() == 201 => done += 1,
-                        Ok(r) => {
-                            return Err(format!("answered {}: {}", r.status(), r.text().await.unwrap_or_default()));
-                        }
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
-                Ok(done)
+    let templates: Vec<String> = (0..CLIENTS).map(template).collect();
+    let rate = rounds_per_second(seconds, |client, done| {
+        let (http, url, token) = (&http, &urls[client % urls.len()], &fleet.tokens[client]);
+        let round = format!("\"resourceVersion\":\"{}\"", done + 1);
+        let body = templates[client].replace("\"resourceVersion\":\"0\"", &round);
+        async move {
+            let request = http.post(url).bearer_auth(token).header("content-type", "application/json");
+            match request.body(body).send().await {
+                Ok(r) if r.status().as_u16() == 201 => Ok(()),
+                Ok(r) => Err(format!("answered {}: {}", r.status(), r.text().await.unwrap_or_default())),
+                Err(e) => Err(e.to_string()),
             }
-        })
-        .buffer_unordered(CLIENTS)
-        .collect::<Vec<_>>()
-        .await;
+        }
+    })
+    .await;
     running.iter().for_each(|server| server.abort());
-    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    rate
 }
 
 /// The floor: the same rows read and written by a minimal client, none of the pipeline's
@@ -151,36 +165,24 @@ async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> R
     } else {
         "UPDATE workspaces SET deployment_resource_version = $1, last_reported_at = $2 WHERE agent_id = $3"
     };
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let counts = futures::stream::iter(0..CLIENTS)
-        .map(|client| {
-            let (pool, select) = (pool.clone(), select.clone());
-            async move {
-                let id = agent_id(client);
-                let mut done = 0u64;
-                while Instant::now() < deadline {
-                    let rows = sqlx::query(&select).bind(&id).fetch_all(&pool).await.map_err(|e| e.to_string())?;
-                    let rv = (done + 1).to_string();
-                    let written = if postgres {
-                        let rows: Vec<_> = (0..rows.len())
-                            .map(|i| json!({"agent_id": id, "name": format!("ws-{i}"), "rv": rv, "at": done}))
-                            .collect();
-                        sqlx::query(write).bind(serde_json::to_string(&rows).map_err(|e| e.to_string())?)
-                    } else {
-                        sqlx::query(write).bind(rv).bind(done as i64).bind(id.clone())
-                    };
-                    written.execute(&pool).await.map_err(|e| e.to_string())?;
-                    done += 1;
-                }
-                Ok::<u64, String>(done)
-            }
-        })
-        .buffer_unordered(CLIENTS)
-        .collect::<Vec<_>>()
-        .await;
-    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    rounds_per_second(seconds, |client, done| {
+        let (pool, select, id) = (&pool, &select, agent_id(client));
+        async move {
+            let rows = sqlx::query(select).bind(&id).fetch_all(pool).await.map_err(|e| e.to_string())?;
+            let rv = (done + 1).to_string();
+            let written = if postgres {
+                let rows: Vec<_> = (0..rows.len())
+                    .map(|i| json!({"agent_id": id, "name": format!("ws-{i}"), "rv": rv, "at": done}))
+                    .collect();
+                sqlx::query(write).bind(serde_json::to_string(&rows).map_err(|e| e.to_string())?)
+            } else {
+                sqlx::query(write).bind(rv).bind(done as i64).bind(id.clone())
+            };
+            written.execute(pool).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// The floor again through sqlx's own PostgreSQL driver instead of `Any`: rows decoded lazily
@@ -197,42 +199,30 @@ async fn typed_floor_per_second(database_url: &str, seconds: u64) -> Result<f64,
     let write = "UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \
                  FROM unnest($2::text[], $3::text[], $4::bigint[]) AS v(name, rv, at) \
                  WHERE workspaces.agent_id = $1 AND workspaces.name = v.name";
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let counts = futures::stream::iter(0..CLIENTS)
-        .map(|client| {
-            let (pool, select) = (pool.clone(), select.clone());
-            async move {
-                let id = agent_id(client);
-                let mut done = 0u64;
-                while Instant::now() < deadline {
-                    let rows = sqlx::query(&select).bind(&id).fetch_all(&pool).await.map_err(|e| e.to_string())?;
-                    // Every value decoded, as the store decodes them.
-                    let mut names = Vec::with_capacity(rows.len());
-                    for row in &rows {
-                        for (i, column) in row.columns().iter().enumerate() {
-                            if column.type_info().name() == "INT8" {
-                                row.try_get::<Option<i64>, _>(i).map_err(|e| e.to_string())?;
-                            } else {
-                                row.try_get::<Option<String>, _>(i).map_err(|e| e.to_string())?;
-                            }
-                        }
-                        names.push(row.try_get::<String, _>("name").map_err(|e| e.to_string())?);
+    rounds_per_second(seconds, |client, done| {
+        let (pool, select, id) = (&pool, &select, agent_id(client));
+        async move {
+            let rows = sqlx::query(select).bind(&id).fetch_all(pool).await.map_err(|e| e.to_string())?;
+            // Every value decoded, as the store decodes them.
+            let mut names = Vec::with_capacity(rows.len());
+            for row in &rows {
+                for (i, column) in row.columns().iter().enumerate() {
+                    if column.type_info().name() == "INT8" {
+                        row.try_get::<Option<i64>, _>(i).map_err(|e| e.to_string())?;
+                    } else {
+                        row.try_get::<Option<String>, _>(i).map_err(|e| e.to_string())?;
                     }
-                    let versions = vec![(done + 1).to_string(); names.len()];
-                    let at = vec![done as i64; names.len()];
-                    let written = sqlx::query(write).bind(&id).bind(&names).bind(&versions).bind(&at);
-                    written.execute(&pool).await.map_err(|e| e.to_string())?;
-                    done += 1;
                 }
-                Ok::<u64, String>(done)
+                names.push(row.try_get::<String, _>("name").map_err(|e| e.to_string())?);
             }
-        })
-        .buffer_unordered(CLIENTS)
-        .collect::<Vec<_>>()
-        .await;
-    let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+            let versions = vec![(done + 1).to_string(); names.len()];
+            let at = vec![done as i64; names.len()];
+            let written = sqlx::query(write).bind(&id).bind(&names).bind(&versions).bind(&at);
+            written.execute(pool).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// The PostgreSQL server's own ceiling on this machine: pgbench (C, no logic, one client per

@@ -35,6 +35,21 @@ pub const POD_SECURITY_LABELS: [&str; 3] =
     ["pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/audit"];
 
 impl ClusterConfig {
+    /// Agent `agent-1` in `wsync-system`, GitLab's label key, as the mocked-apiserver tiers
+    /// expect it.
+    #[cfg(test)]
+    pub fn for_tests(namespace_mode: NamespaceMode) -> Self {
+        Self {
+            agent_id: "agent-1".into(),
+            agent_namespace: "wsync-system".into(),
+            workspace_label_key: "agent.gitlab.com/id".into(),
+            field_manager: "wsync".into(),
+            apply_cache: true,
+            pod_security_level: PodSecurityLevel::default(),
+            namespace_mode,
+        }
+    }
+
     /// True when the object carries this agent's label (`workspace_selector`).
     pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
         meta.labels.as_ref().and_then(|l| l.get(&self.workspace_label_key)) == Some(&self.agent_id)

@@ -14,15 +14,7 @@ const LEDGER_PATH: &str = "/apis/wsync.dev/v1alpha1/namespaces/wsync-system/work
 fn cluster() -> (Cluster, Handle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
-    let config = ClusterConfig {
-        agent_id: "agent-1".into(),
-        agent_namespace: "wsync-system".into(),
-        workspace_label_key: "agent.gitlab.com/id".into(),
-        field_manager: "wsync".into(),
-        apply_cache: true,
-        pod_security_level: Default::default(),
-        namespace_mode: Default::default(),
-    };
+    let config = ClusterConfig::for_tests(Default::default());
     (Cluster::new(client, config), handle)
 }
 

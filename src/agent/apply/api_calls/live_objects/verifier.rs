@@ -92,15 +92,7 @@ fn serve(mut handle: Handle) -> Arc<Mutex<Vec<String>>> {
 async fn lists(mode: NamespaceMode) -> Vec<String> {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let asked = serve(handle);
-    let config = ClusterConfig {
-        agent_id: "agent-1".into(),
-        agent_namespace: "wsync-system".into(),
-        workspace_label_key: "agent.gitlab.com/id".into(),
-        field_manager: "wsync".into(),
-        apply_cache: true,
-        pod_security_level: Default::default(),
-        namespace_mode: mode.clone(),
-    };
+    let config = ClusterConfig::for_tests(mode.clone());
     let kinds = DEFAULT_ALLOWED_KINDS.iter().copied().chain(["rbac.authorization.k8s.io/Role"]);
     let policy = ApplyPolicy::new(kinds, "wsync-system").with_namespace_mode(mode);
     let applier = Applier::new(kube::Client::new(service, "default"), config, policy);
