@@ -299,9 +299,24 @@ pub fn kubeconfig_of(env: &TestEnv, name: &str, dir: &Path) -> PathBuf {
     kubeconfig
 }
 
-/// A port that was free a moment ago, for a child process to listen on.
+/// A port that was free a moment ago, for a child process to listen on. Below the kernel's
+/// ephemeral range (32768–60999 by default), where port 0 would pick it: any outgoing
+/// connection takes its local port from that range, and did take one before a child could
+/// bind it. Each test process walks the range from its own offset, and each port is tried.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let port = FIRST + offset.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(port).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// Whether a GET of `url` answers 2xx (curl, which the prerequisites install).
