@@ -1,6 +1,6 @@
 //! What every `wsync` process needs, whichever half it runs: logging and its level handle, the
-//! TLS crypto provider, the shutdown signal, durations on the command line, token files, and
-//! locks that survive a panic.
+//! TLS crypto provider, the shutdown signal, durations on the command line, token files,
+//! locks that survive a panic, and the metrics' content type.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -145,6 +145,9 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
     }
     Ok(token)
 }
+
+/// Both halves' `/metrics` answer in OpenMetrics text.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// A lock whose holder panicked still guards plain data that is whole between statements:
 /// keep serving it rather than spreading the panic to every later caller.

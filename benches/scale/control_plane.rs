@@ -282,18 +282,12 @@ async fn drop_postgres_databases(urls: &[&str]) {
 async fn side_by_side(database_url: &str, servers: usize, seconds: u64, rounds: usize) -> Result<(f64, f64), String> {
     let postgres = database_url.starts_with("postgres");
     let fleet = fleet(database_url).await?;
-    let vacuum = || async {
-        if postgres {
-            let pool = sqlx::AnyPool::connect(database_url).await.map_err(|e| e.to_string())?;
-            sqlx::query("VACUUM ANALYZE workspaces").execute(&pool).await.map_err(|e| e.to_string())?;
-            pool.close().await;
-        }
-        Ok::<(), String>(())
-    };
     let (mut rates, mut floors) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
         for floor_turn in [round % 2 == 1, round % 2 == 0] {
-            vacuum().await?;
+            if postgres {
+                vacuum(database_url).await?;
+            }
             if floor_turn {
                 floors.push(floor_per_second(database_url, postgres, seconds).await?);
             } else {
@@ -302,6 +296,14 @@ async fn side_by_side(database_url: &str, servers: usize, seconds: u64, rounds: 
         }
     }
     Ok((median(rates), median(floors)))
+}
+
+/// So that no run inherits the one before's dead rows.
+async fn vacuum(postgres_url: &str) -> Result<(), String> {
+    let pool = sqlx::AnyPool::connect(postgres_url).await.map_err(|e| e.to_string())?;
+    sqlx::query("VACUUM ANALYZE workspaces").execute(&pool).await.map_err(|e| e.to_string())?;
+    pool.close().await;
+    Ok(())
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -327,8 +329,10 @@ pub async fn print_throughput(options: &Options) {
     };
     let one_rate = side_by_side(&one, 1, seconds, rounds).await.expect("the PostgreSQL runs");
     let one_rate = row("PostgreSQL, one process", one_rate);
+    vacuum(&one).await.expect("vacuum");
     let typed = typed_floor_per_second(&one, seconds).await.expect("the typed floor");
     println!("| PostgreSQL floor through sqlx's own driver, not `Any` | | {typed:.0} | | |");
+    vacuum(&one).await.expect("vacuum");
     match server_alone_per_second(&one, seconds).await.expect("pgbench") {
         Some(alone) => {
             println!("| PostgreSQL server alone (pgbench, the floor's statements) | | {alone:.0} | | |");

@@ -242,7 +242,7 @@ fn router(metrics: Arc<Metrics>) -> axum::Router {
         .route(
             "/metrics",
             get(|State(m): State<Arc<Metrics>>| async move {
-                ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
+                ([("content-type", crate::runtime::OPENMETRICS_CONTENT_TYPE)], m.encode())
             }),
         )
         .route("/healthz", get(|| async { "ok" }))

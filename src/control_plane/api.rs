@@ -137,7 +137,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiR
         return Err(unauthorized());
     }
     let text = state.metrics.encode(&state.store).await?;
-    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+    Ok(([(header::CONTENT_TYPE, crate::runtime::OPENMETRICS_CONTENT_TYPE)], text).into_response())
 }
 
 /// An error answer: its status and `{"error": …}`.

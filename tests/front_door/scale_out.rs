@@ -104,3 +104,52 @@ async fn two_control_planes_on_one_postgres_lose_no_stop() {
         }
     }
 }
+
+/// No process keeps what another may change: what the operator does to an agent through one
+/// holds at once in the other, which the agent has been reconciling through. A new pull secret
+/// is in the next answer; a rotated-out token past its grace and a revoked agent are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_refused_through_one_process_is_refused_by_the_other() {
+    let _shared = EXCLUSIVE.lock().await;
+    let database = fresh_database("token_checked_again").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let operator = ControlPlaneProcess::start(&database, dir.path().join("operator.log"), &[]);
+    let serving = ControlPlaneProcess::start(&database, dir.path().join("serving.log"), &[]);
+    let token_of = |answer: String| -> String {
+        let answer: Value = serde_json::from_str(&answer).expect("json");
+        answer["token"].as_str().expect("a token").to_string()
+    };
+    let old = token_of(operator.cli(&["agents", "register", "checked", "-o", "json"]));
+    operator.cli(&["workspaces", "--agent", "checked", "create", "ws", "--image", "busybox:1.36"]);
+    let reconcile = |token: &str| {
+        let request = http()
+            .post(format!("{}{RECONCILE_PATH}", serving.url))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(r#"{"update_type": "full", "workspace_agent_infos": []}"#);
+        async move {
+            let answer = request.send().await.expect("an answer");
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    assert_eq!(reconcile(&old).await.0, 201);
+
+    operator.cli(&["agents", "set-image-pull-secrets", "checked", "--image-pull-secret", "registry/newcred"]);
+    let (status, answer) = reconcile(&old).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        answer["workspace_rails_infos"][0]["image_pull_secrets"],
+        json!([{"name": "newcred", "namespace": "registry"}]),
+        "the pull secrets as the operator set them, not as they were when the token was accepted"
+    );
+
+    let new = token_of(operator.cli(&["agents", "rotate-token", "checked", "--grace", "1s", "-o", "json"]));
+    assert_eq!(reconcile(&old).await.0, 201, "within the grace period");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(reconcile(&old).await.0, 401, "the grace period is over");
+    assert_eq!(reconcile(&new).await.0, 201);
+
+    operator.cli(&["agents", "revoke", "checked"]);
+    assert_eq!(reconcile(&new).await.0, 401, "revoked through the other process");
+}
