@@ -3,6 +3,7 @@
 //! beside its floor: the same rows read and written by a minimal client, in the same run.
 
 use crate::Options;
+use crate::cpu::{Spent, Throughput};
 use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
@@ -79,13 +80,13 @@ async fn serve(database_url: &str) -> Result<(String, tokio::task::JoinHandle<()
 
 /// Rounds per second of [`CLIENTS`] clients side by side, each running `round(client, done)`
 /// again and again for `seconds`.
-async fn rounds_per_second<F, R>(seconds: u64, round: F) -> Result<f64, String>
+async fn rounds_per_second<F, R>(seconds: u64, round: F) -> Result<Throughput, String>
 where
     F: Fn(usize, u64) -> R,
     R: std::future::Future<Output = Result<(), String>>,
 {
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
+    let (started, spent) = (Instant::now(), Spent::now());
     let round = &round;
     let counts = futures::stream::iter(0..CLIENTS)
         .map(|client| async move {
@@ -100,12 +101,17 @@ where
         .collect::<Vec<_>>()
         .await;
     let total: u64 = counts.into_iter().sum::<Result<u64, String>>()?;
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    Ok(Throughput::of(total, started.elapsed(), Spent::now().since(spent)))
 }
 
 /// Reconciles per second through `servers` control planes on one database, the clients
 /// spread over them.
-async fn requests_per_second(fleet: &Fleet, database_url: &str, servers: usize, seconds: u64) -> Result<f64, String> {
+async fn requests_per_second(
+    fleet: &Fleet,
+    database_url: &str,
+    servers: usize,
+    seconds: u64,
+) -> Result<Throughput, String> {
     let _logs = tracing_subscriber::fmt().with_env_filter("warn").try_init();
     let mut urls = Vec::new();
     let mut running = Vec::new();
@@ -153,7 +159,7 @@ async fn requests_per_second(fleet: &Fleet, database_url: &str, servers: usize, 
 /// The floor: the same rows read and written by a minimal client, none of the pipeline's
 /// logic and no HTTP: per request one SELECT of the agent's 50 rows and one statement writing
 /// their reported version, with the same clients on the same database.
-async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> Result<f64, String> {
+async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> Result<Throughput, String> {
     sqlx::any::install_default_drivers();
     // Connected as the store connects.
     let pool = pool_options(!postgres).connect(database_url).await.map_err(|e| e.to_string())?;
@@ -188,7 +194,7 @@ async fn floor_per_second(database_url: &str, postgres: bool, seconds: u64) -> R
 /// The floor again through sqlx's own PostgreSQL driver instead of `Any`: rows decoded lazily
 /// and typed, the written rows bound as arrays (binary) instead of one JSON text. What leaving
 /// the `Any` driver would buy the store, measured beside the floor the store has now.
-async fn typed_floor_per_second(database_url: &str, seconds: u64) -> Result<f64, String> {
+async fn typed_floor_per_second(database_url: &str, seconds: u64) -> Result<Throughput, String> {
     use sqlx::{Column, Row, TypeInfo};
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(CLIENTS as u32)
@@ -229,7 +235,7 @@ async fn typed_floor_per_second(database_url: &str, seconds: u64) -> Result<f64,
 /// agent) running the floor's two statements, the written rows generated in SQL. What a
 /// control plane in front of PostgreSQL can reach at most, beside what SQLite's whole pipeline
 /// reaches in the same run. None when pgbench is not installed.
-async fn server_alone_per_second(database_url: &str, seconds: u64) -> Result<Option<f64>, String> {
+async fn server_alone_per_second(database_url: &str, seconds: u64) -> Result<Option<Throughput>, String> {
     let script = format!(
         "SELECT {} FROM workspaces WHERE agent_id = 'bench-' || :client_id;\n\
          UPDATE workspaces SET deployment_resource_version = v.rv, last_reported_at = v.at \
@@ -241,6 +247,7 @@ async fn server_alone_per_second(database_url: &str, seconds: u64) -> Result<Opt
     );
     let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
     std::fs::write(file.path(), script).map_err(|e| e.to_string())?;
+    let (started, spent) = (Instant::now(), Spent::now());
     let mut pgbench = std::process::Command::new("pgbench");
     pgbench.args(["-n", "-M", "prepared", "-c", &CLIENTS.to_string(), "-j", "2", "-T", &seconds.to_string(), "-f"]);
     pgbench.arg(file.path()).arg(database_url);
@@ -250,8 +257,17 @@ async fn server_alone_per_second(database_url: &str, seconds: u64) -> Result<Opt
         Err(e) => return Err(e.to_string()),
     };
     let said = String::from_utf8_lossy(&output.stdout);
-    let tps = said.lines().find_map(|line| line.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok());
-    tps.map(Some).ok_or_else(|| format!("pgbench: {said}{}", String::from_utf8_lossy(&output.stderr)))
+    let tps: Option<f64> =
+        said.lines().find_map(|line| line.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok());
+    let transactions: Option<u64> = said.lines().find_map(|line| {
+        line.strip_prefix("number of transactions actually processed: ")?.split('/').next()?.trim().parse().ok()
+    });
+    // pgbench's own CPU is not this process's: only the server's counts.
+    let spent = Spent { process: Duration::ZERO, ..Spent::now().since(spent) };
+    match (tps, transactions) {
+        (Some(tps), Some(n)) => Ok(Some(Throughput { per_second: tps, ..Throughput::of(n, started.elapsed(), spent) })),
+        _ => Err(format!("pgbench: {said}{}", String::from_utf8_lossy(&output.stderr))),
+    }
 }
 
 /// A database of its own for one row; dropped by `drop_postgres_databases` after the table.
@@ -279,7 +295,12 @@ async fn drop_postgres_databases(urls: &[&str]) {
 /// The control plane's rate and its floor's on one database, each the median of `rounds`
 /// runs that alternate which goes first. On PostgreSQL the table is vacuumed before each run,
 /// so that neither side inherits the other's dead rows.
-async fn side_by_side(database_url: &str, servers: usize, seconds: u64, rounds: usize) -> Result<(f64, f64), String> {
+async fn side_by_side(
+    database_url: &str,
+    servers: usize,
+    seconds: u64,
+    rounds: usize,
+) -> Result<(Throughput, Throughput), String> {
     let postgres = database_url.starts_with("postgres");
     let fleet = fleet(database_url).await?;
     let (mut rates, mut floors) = (Vec::new(), Vec::new());
@@ -295,7 +316,7 @@ async fn side_by_side(database_url: &str, servers: usize, seconds: u64, rounds: 
             }
         }
     }
-    Ok((median(rates), median(floors)))
+    Ok((Throughput::median(&rates), Throughput::median(&floors)))
 }
 
 /// So that no run inherits the one before's dead rows.
@@ -306,11 +327,6 @@ async fn vacuum(postgres_url: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 pub async fn print_throughput(options: &Options) {
     let (seconds, rounds) = (options.throughput_seconds, options.throughput_rounds);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -318,33 +334,61 @@ pub async fn print_throughput(options: &Options) {
     let heading = format!("control plane: reconciles/s, {INFOS} infos each, {CLIENTS} agents (one client each)");
     println!("| {heading} | target | reconciles/s | floor/s | ÷ floor (target ≥ 0.7) |");
     println!("|---|---|---|---|---|");
-    let row = |what: &str, (rate, floor): (f64, f64)| {
-        println!("| {what} | | **{rate:.0}** | {floor:.0} | {:.2} |", rate / floor);
-        rate
+    let mut costs: Vec<(&str, Throughput)> = Vec::new();
+    let mut row = |what: &'static str, floor_what: &'static str, (rate, floor): (Throughput, Throughput)| {
+        let (per_second, floor_rate) = (rate.per_second, floor.per_second);
+        println!("| {what} | | **{per_second:.0}** | {floor_rate:.0} | {:.2} |", per_second / floor_rate);
+        costs.extend([(what, rate), (floor_what, floor)]);
+        per_second
     };
-    let sqlite_rate = row("SQLite", side_by_side(&sqlite, 1, seconds, rounds).await.expect("the SQLite runs"));
+    let sqlite_runs = side_by_side(&sqlite, 1, seconds, rounds).await.expect("the SQLite runs");
+    let sqlite_rate = row("SQLite", "SQLite, its floor", sqlite_runs);
     let Some(one) = fresh_postgres_database("one").await else {
         println!("| PostgreSQL | | not run: set WSYNC_TEST_POSTGRES_URL (hack/local-postgres.sh env) | | |\n");
         return;
     };
-    let one_rate = side_by_side(&one, 1, seconds, rounds).await.expect("the PostgreSQL runs");
-    let one_rate = row("PostgreSQL, one process", one_rate);
+    let one_runs = side_by_side(&one, 1, seconds, rounds).await.expect("the PostgreSQL runs");
+    let one_rate = row("PostgreSQL, one process", "PostgreSQL, its floor", one_runs);
     vacuum(&one).await.expect("vacuum");
     let typed = typed_floor_per_second(&one, seconds).await.expect("the typed floor");
-    println!("| PostgreSQL floor through sqlx's own driver, not `Any` | | {typed:.0} | | |");
+    println!("| PostgreSQL floor through sqlx's own driver, not `Any` | | {:.0} | | |", typed.per_second);
     vacuum(&one).await.expect("vacuum");
-    match server_alone_per_second(&one, seconds).await.expect("pgbench") {
+    let alone = server_alone_per_second(&one, seconds).await.expect("pgbench");
+    match alone {
         Some(alone) => {
-            println!("| PostgreSQL server alone (pgbench, the floor's statements) | | {alone:.0} | | |");
-            println!("| … its ceiling ÷ SQLite, the most any client reaches | | {:.2} | | |", alone / sqlite_rate);
+            println!("| PostgreSQL server alone (pgbench, the floor's statements) | | {:.0} | | |", alone.per_second);
+            println!(
+                "| … its ceiling ÷ SQLite, the most any client reaches | | {:.2} | | |",
+                alone.per_second / sqlite_rate
+            );
         }
         None => println!("| PostgreSQL server alone | | not run: no pgbench (package postgresql-client) | | |"),
     }
     let two = fresh_postgres_database("two").await.expect("a second database");
-    let two_rate = side_by_side(&two, 2, seconds, rounds).await.expect("the two-process runs");
-    let two_rate = row("PostgreSQL, two processes", two_rate);
+    let two_runs = side_by_side(&two, 2, seconds, rounds).await.expect("the two-process runs");
+    let two_rate = row("PostgreSQL, two processes", "PostgreSQL (two processes' run), its floor", two_runs);
     println!("| PostgreSQL two processes ÷ SQLite | ≥ 1.0 | **{:.2}** | | |", two_rate / sqlite_rate);
     println!("| PostgreSQL two processes ÷ one | ≥ 1.0 | **{:.2}** | | |", two_rate / one_rate);
     drop_postgres_databases(&[&one, &two]).await;
+    println!();
+    costs.push(("PostgreSQL floor through sqlx's own driver", typed));
+    if let Some(alone) = alone {
+        costs.push(("PostgreSQL server alone (pgbench's CPU not counted)", alone));
+    }
+    print_costs(&costs);
+}
+
+/// What one request cost each side of the shared cores, and how busy the cores were: a
+/// saturated machine's rate is its cores divided by the sum.
+fn print_costs(costs: &[(&str, Throughput)]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "| CPU per request (ms), medians of the same runs | bench process: clients, control plane | PostgreSQL server | cores busy |"
+    );
+    println!("|---|---|---|---|");
+    for (what, run) in costs {
+        let server = if run.server_ms > 0.0 { format!("{:.2}", run.server_ms) } else { "–".into() };
+        println!("| {what} | {:.2} | {server} | {:.0}% |", run.process_ms, 100.0 * run.busy(cores));
+    }
     println!();
 }

@@ -14,6 +14,7 @@ mod support;
 
 mod agent_figures;
 mod control_plane;
+mod cpu;
 mod end_to_end;
 mod workload;
 
