@@ -3,7 +3,7 @@
 //! talks to. The map of the code is in docs/ARCHITECTURE.md.
 //!
 //! The two halves meet only over HTTP: `agent` and `control_plane` never import each other;
-//! both build on `protocol`, `crd`, `yaml`, `runtime` and `allocator`. `kubectl_plugin` (the
+//! both build on `protocol`, `crd`, `yaml`, `runtime`, `terminal` and `allocator`. `kubectl_plugin` (the
 //! `kubectl-wsync` binary) reads the cluster and imports neither.
 
 pub mod agent;
@@ -14,4 +14,5 @@ pub mod crd;
 pub mod kubectl_plugin;
 pub mod protocol;
 pub mod runtime;
+pub mod terminal;
 pub mod yaml;

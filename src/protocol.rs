@@ -77,6 +77,16 @@ pub enum ErrorType {
     Kubernetes,
 }
 
+impl ErrorType {
+    /// The type's name on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applier => "applier",
+            Self::Kubernetes => "kubernetes",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ReconcileResponse {
     #[serde(default)]
@@ -269,6 +279,9 @@ mod tests {
         ];
         for state in actual {
             assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        for error_type in [ErrorType::Applier, ErrorType::Kubernetes] {
+            assert_eq!(serde_json::to_value(error_type).unwrap(), error_type.as_str());
         }
     }
 

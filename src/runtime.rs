@@ -63,19 +63,6 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
-/// What a peer sent (an agent, a control plane, a hand-edited status), made safe for a
-/// terminal: control characters (an escape sequence that moves the cursor or rewrites the
-/// screen, say) and invisible format characters (bidirectional overrides that reorder what
-/// is shown) are shown escaped.
-pub fn printable(text: &str) -> String {
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}')
-            || matches!(c, '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
-    };
-    text.chars().map(|c| if hidden(c) { c.escape_default().collect() } else { c.to_string() }).collect()
-}
-
 /// Failpoints for the fault suite: a debug build (what `cargo test` runs) armed with
 /// `--failpoint <name>` aborts the process at the named point, as `kill -9` would there.
 /// Release builds compile them out.

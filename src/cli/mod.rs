@@ -5,9 +5,10 @@ mod table;
 use crate::control_plane::model::{Workspace, now_ms};
 use crate::protocol::ImagePullSecret;
 use crate::runtime::{TokenFileError, read_token_file};
+use crate::terminal::printable;
 use serde_json::Value;
 use std::path::PathBuf;
-use table::{printable, table};
+use table::table;
 
 /// What the CLI tells its user when a command fails.
 #[derive(thiserror::Error, Debug)]

@@ -1,42 +1,26 @@
-//! How the CLI shows what the control plane answered: tables, and text made safe for a
-//! terminal.
+//! How the CLI shows what the control plane answered: a table of workspaces, each error in
+//! full below its row.
 
-use crate::control_plane::model::{Workspace, state_text};
-
-pub use crate::runtime::printable;
+use crate::control_plane::model::Workspace;
+use crate::terminal::{printable, table_lines};
 
 /// A human-readable table, one workspace a row; errors in full below their row.
 pub fn table(workspaces: &[Workspace], now: i64) -> String {
-    let rows: Vec<[String; 5]> = workspaces
+    let rows: Vec<Vec<String>> = workspaces
         .iter()
         .map(|w| {
             let report = match w.last_reported_at {
-                Some(at) => format!("{}s ago", (now - at).max(0) / 1000),
+                Some(at) => format!("{}s ago", now.saturating_sub(at).max(0) / 1000),
                 None => "never".into(),
             };
-            [
-                printable(&w.name),
-                printable(&w.namespace),
-                state_text(&w.desired_state),
-                state_text(&w.actual_state),
-                report,
-            ]
+            let (desired, actual) = (w.desired_state.as_str().into(), w.actual_state.as_str().into());
+            vec![w.name.clone(), w.namespace.clone(), desired, actual, report]
         })
         .collect();
-    let header = ["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        format!("{}\n", padded.join("   ").trim_end())
-    };
-    let mut out = line(header);
-    for (row, workspace) in rows.iter().zip(workspaces) {
-        out += &line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+    let mut lines = table_lines(&["NAME", "NAMESPACE", "DESIRED", "ACTUAL", "LAST REPORT"], &rows).into_iter();
+    let mut out = lines.next().unwrap_or_default();
+    for (line, workspace) in lines.zip(workspaces) {
+        out += &line;
         if let Some(error) = &workspace.error {
             out += &format!("  └ {} error: {}\n", printable(&error.error_type), printable(&error.message));
             if let Some(hint) = error.hint() {

@@ -157,11 +157,6 @@ impl std::fmt::Debug for Clock {
     }
 }
 
-/// An enum as its wire spelling (`Running`, `applier`): how states are stored and shown.
-pub fn state_text<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 /// A workspace's namespace: stable, and unique per agent and name.
 pub fn workspace_namespace(agent_id: &str, name: &str) -> String {
     format!("wsync-{agent_id}-{name}")

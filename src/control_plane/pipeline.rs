@@ -5,7 +5,7 @@
 //! commit.
 
 use super::config_builder::{self, WorkspaceSpec};
-use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError, state_text};
+use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError};
 use super::rules::{self, Lifecycle, Selection};
 use crate::protocol::{
     ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
@@ -47,7 +47,7 @@ fn apply_report(workspace: &mut Workspace, info: &WorkspaceAgentInfo, now: i64) 
     workspace.last_reported_at = Some(now);
     match &info.error_details {
         Some(details) => {
-            let error_type = state_text(&details.error_type);
+            let error_type = details.error_type.as_str().to_string();
             // An agent's message is kept at the agent's own cap, whatever it sends.
             let message = crate::protocol::cap_message(&details.error_message);
             let same = workspace.error.as_ref().is_some_and(|e| e.error_type == error_type && e.message == message);

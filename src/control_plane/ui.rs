@@ -1,7 +1,7 @@
 //! The server-rendered pages: sign-in, the agents, and one agent's workspaces. Every value is
 //! escaped, every form carries the session's CSRF token, and no page has a script.
 
-use super::model::{ErrorRecord, Orphan, Workspace, state_text};
+use super::model::{ErrorRecord, Orphan, Workspace};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {
@@ -165,8 +165,8 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
                 let stale = if e.desired_state != w.desired_state {
                     format!(
                         "<p class=\"stale\">This error is from before the desired state changed from {} to {}.</p>",
-                        escape(&state_text(&e.desired_state)),
-                        escape(&state_text(&w.desired_state))
+                        escape(e.desired_state.as_str()),
+                        escape(w.desired_state.as_str())
                     )
                 } else {
                     String::new()
@@ -198,8 +198,8 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
              <tr class=\"details\"><td colspan=\"6\">{error}{history}</td></tr>\n",
             escape(&w.namespace),
-            escape(&state_text(&w.desired_state)),
-            escape(&state_text(&w.actual_state)),
+            escape(w.desired_state.as_str()),
+            escape(w.actual_state.as_str()),
             ago(now, w.last_reported_at),
         );
     }

@@ -3,7 +3,7 @@
 
 use crate::crd::WorkspaceSyncStatus;
 use crate::protocol::TerminationProgress;
-use crate::runtime::printable;
+use crate::terminal::table;
 use jiff::Timestamp;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,28 +153,6 @@ pub fn age(seconds: i64) -> String {
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
-}
-
-/// A kubectl-style table: upper-case headers, columns three spaces apart. Every cell is
-/// made printable here: a status is anyone's to edit, and JSON and YAML keep its text as is.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let rows: Vec<Vec<String>> = rows.iter().map(|row| row.iter().map(|cell| printable(cell)).collect()).collect();
-    let rows = &rows;
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        format!("{}\n", padded.join("   ").trim_end())
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 pub fn status_table(statuses: &[AgentStatus], wide: bool) -> String {

@@ -14,7 +14,7 @@ mod settings;
 mod sqlite_writer;
 
 use super::agent_config::AgentConfig;
-use super::model::{Agent, Clock, NewWorkspace, Workspace, state_text, workspace_namespace};
+use super::model::{Agent, Clock, NewWorkspace, Workspace, workspace_namespace};
 use super::pipeline::PipelineConfig;
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse};
 pub use error::{StoreError, StoreResult};
@@ -221,8 +221,8 @@ impl Store {
         .bind(new.cpu.clone())
         .bind(new.memory.clone())
         .bind(env)
-        .bind(state_text(&DesiredState::Running))
-        .bind(state_text(&ActualState::CreationRequested))
+        .bind(DesiredState::Running.as_str())
+        .bind(ActualState::CreationRequested.as_str())
         .bind(now)
         .bind(now)
         .bind(now)
@@ -272,11 +272,11 @@ impl Store {
             "UPDATE workspaces SET desired_state = $1, desired_state_updated_at = $2 \
              WHERE agent_id = $3 AND name = $4 AND desired_state <> $1 AND desired_state <> $5",
         )
-        .bind(state_text(&desired))
+        .bind(desired.as_str())
         .bind(self.clock.now())
         .bind(agent_id)
         .bind(name)
-        .bind(state_text(&DesiredState::Terminated))
+        .bind(DesiredState::Terminated.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -3,7 +3,7 @@
 
 use super::Store;
 use super::error::{StoreError, StoreResult};
-use crate::control_plane::model::{Orphan, OrphanFate, Workspace, state_text};
+use crate::control_plane::model::{Orphan, OrphanFate, Workspace};
 use crate::protocol::{ActualState, DesiredState};
 
 fn parse_state(text: &str) -> StoreResult<ActualState> {
@@ -83,7 +83,7 @@ impl Store {
         .bind(name)
         .bind(namespace)
         .bind(image)
-        .bind(state_text(&desired))
+        .bind(desired.as_str())
         .bind(actual)
         .bind(now)
         .bind(now)

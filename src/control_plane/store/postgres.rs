@@ -10,7 +10,7 @@ use super::Store;
 use super::changes::changes;
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, WorkspaceReader, postgres_save};
-use crate::control_plane::model::{Agent, Workspace, state_text};
+use crate::control_plane::model::{Agent, Workspace};
 use crate::control_plane::pipeline::{self, Decision, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use sqlx::Row;
@@ -128,7 +128,7 @@ impl Store {
                 .bind(&orphan.name)
                 .bind(orphan.deployment_resource_version.clone())
                 .bind(orphan.last_seen)
-                .bind(state_text(&orphan.actual_state))
+                .bind(orphan.actual_state.as_str())
                 .execute(&mut *tx)
                 .await?;
         }
@@ -165,7 +165,7 @@ fn orphans_seen(decision: &Decision) -> StoreResult<String> {
         let row = serde_json::json!({
             "namespace": orphan.namespace, "name": orphan.name,
             "deployment_resource_version": orphan.deployment_resource_version,
-            "actual_state": state_text(&orphan.actual_state), "last_seen": orphan.last_seen,
+            "actual_state": orphan.actual_state.as_str(), "last_seen": orphan.last_seen,
         });
         orphans.insert((orphan.namespace.as_str(), orphan.name.as_str()), row);
     }

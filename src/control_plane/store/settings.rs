@@ -1,8 +1,8 @@
 //! An agent's settings: its pull secrets and GitLab's workspace settings, each changed under
 //! the agent's lock and checked against the other and against the agent's workspaces.
 
+use super::Store;
 use super::error::{StoreError, StoreResult};
-use super::{Store, state_text};
 use crate::control_plane::agent_config::AgentConfig;
 use crate::protocol::{DesiredState, ImagePullSecret};
 use sqlx::Row;
@@ -33,7 +33,7 @@ pub(super) async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &
         sqlx::query("SELECT agent_id FROM workspaces WHERE namespace = $1 AND name = $2 AND desired_state <> $3")
             .bind(namespace)
             .bind(name)
-            .bind(state_text(&DesiredState::Terminated))
+            .bind(DesiredState::Terminated.as_str())
             .fetch_optional(&mut **tx)
             .await?;
     match taken {
@@ -108,7 +108,7 @@ impl Store {
             Some(_) => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2 AND owner = $3",
             None => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2",
         };
-        let mut query = sqlx::query_as(sql).bind(id).bind(state_text(&DesiredState::Terminated));
+        let mut query = sqlx::query_as(sql).bind(id).bind(DesiredState::Terminated.as_str());
         if let Some(owner) = owner {
             query = query.bind(owner);
         }

@@ -8,7 +8,7 @@
 
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, WorkspaceReader};
-use crate::control_plane::model::{Agent, Clock, state_text};
+use crate::control_plane::model::{Agent, Clock};
 use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use rusqlite::{Connection, TransactionBehavior};
@@ -164,7 +164,7 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
     let mut record = connection.prepare_cached(super::orphans::SQLITE_RECORD)?;
     for orphan in &decision.orphans {
         let version = orphan.deployment_resource_version.as_deref();
-        let actual = state_text(&orphan.actual_state);
+        let actual = orphan.actual_state.as_str();
         record.execute(rusqlite::params![
             job.agent.id,
             orphan.namespace,
