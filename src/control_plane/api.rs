@@ -5,7 +5,7 @@ use super::access::{FrontDoor, Route, SECURITY_HEADERS};
 use super::model::{Agent, NewWorkspace, OrphanFate, Workspace};
 use super::pipeline::{self, PipelineConfig};
 use super::store::{MAX_PAGE, Store, StoreError, hash_token};
-use super::validation::{desired_for_action, is_dns_label, is_env_name, is_owner_name};
+use super::validation::{desired_for_action, is_dns_label, is_env_name, is_owner_name, url_part};
 use crate::protocol::{ErrorBody, MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -280,7 +280,8 @@ async fn list_workspaces(
     let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
     let mut response = Json(&workspaces).into_response();
     if let Some(last) = workspaces.last().filter(|_| workspaces.len() == limit) {
-        let link = format!("</api/v1/agents/{agent}/workspaces?after={}&limit={limit}>; rel=\"next\"", last.name);
+        let (agent, after) = (url_part(&agent), url_part(&last.name));
+        let link = format!("</api/v1/agents/{agent}/workspaces?after={after}&limit={limit}>; rel=\"next\"");
         if let Ok(value) = HeaderValue::from_str(&link) {
             response.headers_mut().insert(header::LINK, value);
         }

@@ -7,6 +7,7 @@
 use super::config_builder::{self, WorkspaceSpec};
 use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError};
 use super::rules::{self, Lifecycle, Selection};
+use super::validation::{is_dns_subdomain, is_namespace_name};
 use crate::protocol::{
     ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
 };
@@ -19,14 +20,23 @@ pub struct PipelineConfig {
     pub label_key: String,
 }
 
-/// Reject what Rails' validation would: every info names its workspace and namespace.
+/// Reject what Rails' validation would: every info names its workspace and namespace. Both
+/// must be what Kubernetes names a Deployment and a namespace: they come from the cluster, so
+/// an agent that sends anything else is broken or hostile, and an orphan's name ends up in the
+/// page's links and in adopted rows. The names are not echoed: they are the agent's to choose.
 pub fn validate(request: &ReconcileRequest) -> Result<(), String> {
     for (index, info) in request.workspace_agent_infos.iter().enumerate() {
         if info.name.is_empty() {
             return Err(format!("workspace_agent_infos[{index}]: name is required"));
         }
         if info.namespace.is_empty() {
-            return Err(format!("workspace_agent_infos[{index}] ({}): namespace is required", info.name));
+            return Err(format!("workspace_agent_infos[{index}]: namespace is required"));
+        }
+        if !is_dns_subdomain(&info.name) {
+            return Err(format!("workspace_agent_infos[{index}]: name is not a Kubernetes object name"));
+        }
+        if !is_namespace_name(&info.namespace) {
+            return Err(format!("workspace_agent_infos[{index}]: namespace is not a Kubernetes namespace name"));
         }
     }
     Ok(())
@@ -234,5 +244,38 @@ fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec 
         label_key: label_key.to_string(),
         image_pull_secrets: agent.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
         config: workspace.agent_config.as_ref().clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::UpdateType;
+
+    fn report(name: &str, namespace: &str) -> ReconcileRequest {
+        let info = WorkspaceAgentInfo { name: name.into(), namespace: namespace.into(), ..Default::default() };
+        ReconcileRequest { update_type: UpdateType::Full, workspace_agent_infos: vec![info] }
+    }
+
+    #[test]
+    fn a_report_names_what_kubernetes_would_name() {
+        assert!(validate(&report("ws-1", "wsync-a1-ws-1")).is_ok());
+        assert!(validate(&report("web.v2", "team-a")).is_ok(), "a Deployment's name may hold dots");
+        for (name, namespace) in [
+            ("", "ns"),
+            ("ws", ""),
+            ("ws", "../../b/workspaces/prod/terminate?"),
+            ("a/b", "ns"),
+            ("..", "ns"),
+            ("ws", "team.a"),
+            ("WS", "ns"),
+            ("ws\u{1b}[2J", "ns"),
+            ("ws", &"n".repeat(64)),
+            (&"w".repeat(254), "ns"),
+        ] {
+            let refused = validate(&report(name, namespace)).expect_err(name);
+            assert!(refused.starts_with("workspace_agent_infos[0]: "), "{refused}");
+            assert!(refused.ends_with(" is required") || refused.ends_with(" name"), "nothing echoed: {refused}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! escaped, every form carries the session's CSRF token, and no page has a script.
 
 use super::model::{ErrorRecord, Orphan, Workspace};
+use super::validation::url_part;
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {
@@ -87,7 +88,7 @@ pub fn index_page(agents: &[String], csrf: &str) -> String {
 }
 
 /// The orphans section: workspaces the agent reports that this control plane does not know.
-fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64, csrf: &str) -> String {
+fn orphans_section(agent_url: &str, orphans: &[Orphan], now: i64, csrf: &str) -> String {
     if orphans.is_empty() {
         return String::new();
     }
@@ -95,7 +96,7 @@ fn orphans_section(agent_html: &str, orphans: &[Orphan], now: i64, csrf: &str) -
     let mut rows = String::new();
     for o in orphans {
         let (namespace, name) = (escape(&o.namespace), escape(&o.name));
-        let target = format!("/agents/{agent_html}/orphans/{namespace}/{name}");
+        let target = format!("/agents/{agent_url}/orphans/{}/{}", url_part(&o.namespace), url_part(&o.name));
         let _ = writeln!(
             rows,
             "<tr><td>{name}</td><td>{namespace}</td><td>{}</td><td>{}</td><td class=\"actions\">\
@@ -155,7 +156,7 @@ fn earlier_errors(history: &[ErrorRecord], workspace: &Workspace, now: i64) -> S
 
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
     let (agent, workspaces) = (view.agent, view.workspaces);
-    let agent_html = escape(agent);
+    let (agent_html, agent_url) = (escape(agent), url_part(agent));
     let csrf = csrf_field(view.csrf);
     let mut rows = String::new();
     for w in workspaces {
@@ -182,14 +183,14 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
                 )
             }
         };
-        let name = escape(&w.name);
+        let (name, name_url) = (escape(&w.name), url_part(&w.name));
         let mut buttons = String::new();
         for (action, label) in
             [("start", "Start"), ("stop", "Stop"), ("restart", "Restart"), ("terminate", "Terminate")]
         {
             let _ = write!(
                 buttons,
-                "<form method=\"post\" action=\"/agents/{agent_html}/workspaces/{name}/{action}\">{csrf}<button type=\"submit\">{label}</button></form>"
+                "<form method=\"post\" action=\"/agents/{agent_url}/workspaces/{name_url}/{action}\">{csrf}<button type=\"submit\">{label}</button></form>"
             );
         }
         let history = earlier_errors(view.history, w, now);
@@ -210,7 +211,7 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
     }
     let more = view
         .more
-        .map(|last| format!("<p><a href=\"/agents/{agent_html}?after={}\">Next page</a></p>", escape(last)))
+        .map(|last| format!("<p><a href=\"/agents/{agent_url}?after={}\">Next page</a></p>", url_part(last)))
         .unwrap_or_default();
     let body = format!(
         "{}<h1>Workspaces of agent {agent_html}</h1>\
@@ -220,7 +221,7 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
          <pre>{}</pre></details>{}",
         sign_out_form(view.csrf),
         escape(view.settings),
-        orphans_section(&agent_html, view.orphans, now, view.csrf)
+        orphans_section(&agent_url, view.orphans, now, view.csrf)
     );
     document(&format!("wsync: agent {agent}"), true, &body)
 }
@@ -259,7 +260,7 @@ mod tests {
         };
         let page = agent_page(&view, 120_000);
         assert!(page.contains("<h2>Orphans</h2>"));
-        assert!(page.contains("/agents/a1/orphans/old-ns/&lt;b&gt;old&lt;/b&gt;/adopt"), "{page}");
+        assert!(page.contains("/agents/a1/orphans/old-ns/%3Cb%3Eold%3C%2Fb%3E/adopt"), "{page}");
         assert!(page.contains("/terminate\"") && !page.contains("<b>old</b>"));
         let forms = page.matches("<form method=\"post\"").count();
         assert_eq!(

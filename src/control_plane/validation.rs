@@ -7,7 +7,7 @@ use crate::protocol::{DesiredState, ImagePullSecret};
 pub fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), String> {
     let mut names = std::collections::HashMap::new();
     for secret in secrets {
-        if !is_dns_subdomain(&secret.name) || secret.namespace.contains('.') || !is_dns_subdomain(&secret.namespace) {
+        if !is_dns_subdomain(&secret.name) || !is_namespace_name(&secret.namespace) {
             return Err("image pull secrets need a DNS name and namespace".into());
         }
         if let Some(other) = names.insert(&secret.name, &secret.namespace)
@@ -39,6 +39,19 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A namespace's name: one DNS label.
+pub fn is_namespace_name(s: &str) -> bool {
+    !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// One part of a URL's path or query, percent-encoded: a name can never add a `/`, `?`, `#`
+/// or `&` to the link it is part of, and the result needs no HTML escaping.
+pub fn url_part(s: &str) -> String {
+    const UNRESERVED: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
 pub fn is_dns_subdomain(s: &str) -> bool {
     let label = |l: &str| {
         (1..=63).contains(&l.len())
@@ -56,5 +69,18 @@ pub fn desired_for_action(action: &str) -> Option<DesiredState> {
         "restart" => Some(DesiredState::RestartRequested),
         "terminate" => Some(DesiredState::Terminated),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_in_a_link_stays_one_part_of_it() {
+        assert_eq!(url_part("ws-1.a_b~"), "ws-1.a_b~");
+        assert_eq!(url_part("../b/x?y#z&after=w"), "..%2Fb%2Fx%3Fy%23z%26after%3Dw");
+        assert_eq!(url_part("<b>\"'"), "%3Cb%3E%22%27");
+        assert_eq!(url_part("é"), "%C3%A9");
     }
 }

@@ -277,3 +277,38 @@ async fn lists_come_in_pages_and_the_cli_reads_them_all() {
         serde_json::from_str(&control_plane.cli(&["workspaces", "--agent", "a1", "list", "-o", "json"])).unwrap();
     assert_eq!(listed.len(), 501, "every page, the 500 and ws");
 }
+
+/// An agent chooses the names it reports, and an orphan's name becomes part of the page's
+/// links: one shaped as a path (`../../b/workspaces/prod/terminate?`) would aim a button at
+/// another agent's workspace. The control plane refuses a report naming anything Kubernetes
+/// would not, stores nothing of it, and leaves the other agent's workspace as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cannot_aim_the_pages_buttons_at_another_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let control_plane = control_plane_with_a_workspace(&sqlite(&dir), &dir);
+    control_plane.cli(&["agents", "register", "b"]);
+    control_plane.cli(&["workspaces", "--agent", "b", "create", "prod", "--image", "busybox:1.36"]);
+    let rotated = control_plane.cli(&["agents", "rotate-token", "a1", "-o", "json"]);
+    let token = serde_json::from_str::<Value>(&rotated).unwrap()["token"].as_str().unwrap().to_string();
+    let reconcile = format!("{}{}", control_plane.url, wsync::protocol::RECONCILE_PATH);
+    for (name, namespace) in [("x", "../../b/workspaces/prod/terminate?"), ("../../b/workspaces/prod/stop?", "ns")] {
+        let report = serde_json::json!({ "update_type": "full", "workspace_agent_infos": [
+            { "name": "ws", "namespace": "wsync-a1-ws" },
+            { "name": name, "namespace": namespace },
+        ]});
+        let answer = http().post(&reconcile).bearer_auth(&token).json(&report).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        let said = answer.text().await.unwrap();
+        assert!(said.contains("workspace_agent_infos[1]") && !said.contains("../"), "{said}");
+    }
+    let orphans = control_plane.cli(&["workspaces", "--agent", "a1", "list", "--orphans", "-o", "json"]);
+    assert_eq!(orphans.trim(), "[]", "nothing of the refused reports is kept");
+    let prod: Value =
+        serde_json::from_str(&control_plane.cli(&["workspaces", "--agent", "b", "get", "prod", "-o", "json"])).unwrap();
+    assert_eq!(prod["desired_state"], "Running");
+    let report = serde_json::json!({ "update_type": "full", "workspace_agent_infos": [
+        { "name": "web.v2", "namespace": "restored" },
+    ]});
+    let answer = http().post(&reconcile).bearer_auth(&token).json(&report).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::CREATED, "a Deployment's name may hold dots");
+}
