@@ -118,11 +118,15 @@ pub(super) async fn front_door<const ROUTE: u8>(
     }
 }
 
-/// 200 while the database answers and its writer runs; 503 with the reason otherwise.
+/// 200 while the database answers and its writer runs; 503 otherwise, saying which part
+/// failed. The details go to the log: this endpoint answers anyone.
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.health().await {
         Ok(()) => "ok".into_response(),
-        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {error}\n")).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "unhealthy");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {}\n", error.health_label())).into_response()
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The database behind the door: a control plane that cannot write its SQLite database
-//! refuses to start, at once and naming the file, rather than retrying in its logs.
+//! refuses to start, at once and naming the file, rather than retrying in its logs; one whose
+//! database goes away says so on `/healthz`, in words that name no database, host or user.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -53,4 +54,28 @@ fn a_read_only_database_is_refused_at_start_naming_the_file() {
     for words in [path.display().to_string().as_str(), "cannot be written", "read-only"] {
         assert!(stderr.contains(words), "names {words:?}: {stderr}");
     }
+}
+
+/// `/healthz` answers anyone, so what it says of a failed database is a fixed label; the
+/// driver's words (here PostgreSQL's, which name the database) go to the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unhealthy_database_is_named_in_the_log_not_on_healthz() {
+    let url = crate::support::postgres::fresh_database("healthz").await;
+    let dir = tempfile::tempdir().unwrap();
+    let control_plane = crate::support::ControlPlaneProcess::start(&url, dir.path().join("cp.log"), &[]);
+    assert!(control_plane.healthy());
+    let database = url.rsplit_once('/').map(|(_, name)| name.to_string()).unwrap();
+    let admin = sqlx::AnyPool::connect(crate::support::postgres::admin_url()).await.expect("PostgreSQL");
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)")).execute(&admin).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, body) = loop {
+        let (status, body) = control_plane.health();
+        if status == 503 || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!((status, body.as_str()), (503, "unhealthy: the database does not answer\n"));
+    let logs = control_plane.logs();
+    assert!(logs.contains("unhealthy") && logs.contains(&database), "the detail is logged: {logs}");
 }

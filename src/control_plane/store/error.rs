@@ -22,4 +22,16 @@ pub enum StoreError {
     Writer(String),
 }
 
+impl StoreError {
+    /// What `/healthz` tells anyone who asks: which part failed, never the driver's words,
+    /// which may name the database's host, user or file.
+    pub fn health_label(&self) -> &'static str {
+        match self {
+            Self::Writer(_) => "the database writer thread has stopped",
+            Self::Unwritable { .. } => "the database file cannot be written",
+            _ => "the database does not answer",
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
