@@ -8,7 +8,8 @@ use super::model::Session;
 use super::store::MAX_PAGE;
 use super::ui;
 use axum::Router;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Form, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -53,13 +54,29 @@ fn sign_in_first(path: &str) -> Response {
     Redirect::to(&format!("/sign-in?next={next}")).into_response()
 }
 
-/// A form's session and CSRF token, both required, compared in constant time.
-async fn authorized_form(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Session, ApiError> {
-    let session = session(state, headers).await?.ok_or_else(unauthorized)?;
-    if super::store::same_secret(&session.csrf_token, csrf) {
-        Ok(session)
-    } else {
-        Err(ApiError(StatusCode::FORBIDDEN, "the form's CSRF token does not match the session; reload the page".into()))
+/// A live session, from the cookie alone: a form's handler takes it before its `Form`, so a
+/// request without one is answered 401 before its body is waited for or read.
+struct SignedIn(Session);
+
+impl FromRequestParts<Arc<AppState>> for SignedIn {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        session(state, &parts.headers).await?.map(SignedIn).ok_or_else(unauthorized)
+    }
+}
+
+impl SignedIn {
+    /// The form's CSRF token against the session's, compared in constant time.
+    fn check(&self, csrf: &str) -> Result<(), ApiError> {
+        if super::store::same_secret(&self.0.csrf_token, csrf) {
+            Ok(())
+        } else {
+            Err(ApiError(
+                StatusCode::FORBIDDEN,
+                "the form's CSRF token does not match the session; reload the page".into(),
+            ))
+        }
     }
 }
 
@@ -104,8 +121,13 @@ struct Csrf {
     csrf: String,
 }
 
-async fn sign_out(State(state): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<Csrf>) -> PageResult {
-    authorized_form(&state, &headers, &form.csrf).await?;
+async fn sign_out(
+    State(state): State<Arc<AppState>>,
+    signed_in: SignedIn,
+    headers: HeaderMap,
+    Form(form): Form<Csrf>,
+) -> PageResult {
+    signed_in.check(&form.csrf)?;
     if let Some(cookie) = cookie_value(&headers, SESSION_COOKIE) {
         state.store.close_session(cookie).await?;
     }
@@ -162,11 +184,11 @@ struct OrphanForm {
 
 async fn orphan_action(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    signed_in: SignedIn,
     Path(target): Path<(String, String, String, String)>,
     Form(form): Form<OrphanForm>,
 ) -> PageResult {
-    authorized_form(&state, &headers, &form.csrf).await?;
+    signed_in.check(&form.csrf)?;
     let agent = target.0.clone();
     settle_orphan(&state, target, form.image).await?;
     Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
@@ -174,11 +196,11 @@ async fn orphan_action(
 
 async fn workspace_action(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    signed_in: SignedIn,
     Path(target): Path<(String, String, String)>,
     Form(form): Form<Csrf>,
 ) -> PageResult {
-    authorized_form(&state, &headers, &form.csrf).await?;
+    signed_in.check(&form.csrf)?;
     let agent = target.0.clone();
     set_desired(&state, target).await?;
     Ok(Redirect::to(&format!("/agents/{agent}")).into_response())

@@ -189,6 +189,32 @@ async fn an_unauthenticated_upload_leaves_memory_flat() {
     assert!(grew < 8 * 1024 * 1024, "the control plane grew {} KiB", grew / 1024);
 }
 
+/// A page's form posted without a session is answered 401 from its head: the server neither
+/// waits for the body (here one that never comes) nor reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_without_a_session_is_refused_before_its_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let control_plane = ControlPlaneProcess::start(&sqlite(&dir), dir.path().join("control-plane.log"), &[]);
+    let address = control_plane.url.trim_start_matches("http://").to_string();
+    for path in ["/agents/a1/workspaces/ws/stop", "/agents/a1/orphans/ns/ws/adopt", "/sign-out"] {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nOrigin: {}\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 65536\r\n\r\ncsrf=",
+            control_plane.url
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(3), stream.read(&mut answer))
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer while the body is outstanding"))
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{path}: {answer}");
+    }
+}
+
 /// A session ends at `--session-ttl`: the page then sends the browser to sign in again, and a
 /// form posted with the old cookie changes nothing. Pages keep `Origin` on their own forms
 /// (`Referrer-Policy: same-origin`).
