@@ -126,6 +126,26 @@ async fn suite(store: Store) {
 
     concurrent_reconciles_of_one_agent_all_succeed(&store, &other).await;
     orphans_are_recorded_acknowledged_and_settled_by_an_operator(&store).await;
+    a_changed_admin_credential_ends_every_session(&store).await;
+}
+
+/// What a start records of its admin credential, on both databases: the same one keeps the
+/// sessions, another (a new token file, or a switch to or from the stored token) ends them.
+async fn a_changed_admin_credential_ends_every_session(store: &Store) {
+    let open = || async { store.open_session(60_000).await.unwrap().0 };
+    let live = |cookie: String| async move { store.session(&cookie).await.unwrap().is_some() };
+    assert!(store.admin_credential_in_use(Some("hash-a")).await.unwrap(), "the first file");
+    let cookie = open().await;
+    assert!(!store.admin_credential_in_use(Some("hash-a")).await.unwrap());
+    assert!(live(cookie.clone()).await, "the same file keeps its sessions");
+    assert!(store.admin_credential_in_use(Some("hash-b")).await.unwrap());
+    assert!(!live(cookie).await, "another file ends them");
+    let cookie = open().await;
+    assert!(store.admin_credential_in_use(None).await.unwrap(), "back to the stored token");
+    assert!(!live(cookie).await);
+    let cookie = open().await;
+    assert!(!store.admin_credential_in_use(None).await.unwrap());
+    assert!(live(cookie).await);
 }
 
 /// A control plane restored from an old backup: a workspace the agent reports is an orphan,

@@ -42,8 +42,9 @@ pub struct ControlPlaneArgs {
     pub admin_token_file: Option<PathBuf>,
 
     /// Replace the stored admin token with a new one, print it, and sign every session out:
-    /// the way back in after losing it.
-    #[arg(long)]
+    /// the way back in after losing it. (With --admin-token-file, replace the file's token:
+    /// the next start signs every session out.)
+    #[arg(long, conflicts_with = "admin_token_file")]
     pub new_admin_token: bool,
 
     /// PEM certificate chain to serve TLS with (with --tls-key-file).
@@ -148,6 +149,17 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
             api::AdminCredential::Stored
         }
     };
+    let file_token_hash = match &admin {
+        api::AdminCredential::File { hash } => Some(hash.as_str()),
+        api::AdminCredential::Stored => None,
+    };
+    let signed_out = store
+        .admin_credential_in_use(file_token_hash)
+        .await
+        .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
+    if signed_out {
+        tracing::info!("the admin credential changed since the last start; every session is signed out");
+    }
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut allowed_hosts = access::loopback_hosts(args.listen);

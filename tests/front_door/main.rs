@@ -312,3 +312,28 @@ async fn an_agent_cannot_aim_the_pages_buttons_at_another_agent() {
     let answer = http().post(&reconcile).bearer_auth(&token).json(&report).send().await.unwrap();
     assert_eq!(answer.status(), StatusCode::CREATED, "a Deployment's name may hold dots");
 }
+
+/// A leaked admin token is replaced by writing a new one into `--admin-token-file` and
+/// restarting: sessions opened with the old one end then. A restart with the same token
+/// keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_admin_token_file_signs_every_session_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut control_plane = control_plane_with_a_workspace(&sqlite(&dir), &dir);
+    let (cookie, _) = sign_in(&control_plane).await;
+    let page = format!("{}/agents/a1", control_plane.url);
+    let status = |cookie: String| {
+        let request = http().get(&page).header("cookie", cookie);
+        async move { request.send().await.expect("the page").status() }
+    };
+    assert_eq!(status(cookie.clone()).await, StatusCode::OK);
+    control_plane.restart();
+    assert_eq!(status(cookie.clone()).await, StatusCode::OK, "the same token keeps its sessions");
+    control_plane.admin_token = format!("{}-replaced", control_plane.admin_token);
+    std::fs::write(&control_plane.admin_token_file, &control_plane.admin_token).unwrap();
+    control_plane.restart();
+    assert_eq!(status(cookie).await, StatusCode::SEE_OTHER, "to the sign-in form");
+    assert!(control_plane.logs().contains("every session is signed out"));
+    let (fresh, _) = sign_in(&control_plane).await;
+    assert_eq!(status(fresh).await, StatusCode::OK, "the new token signs in");
+}

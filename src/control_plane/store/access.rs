@@ -82,6 +82,31 @@ impl Store {
         Ok((inserted.rows_affected() == 1).then_some(token))
     }
 
+    /// Record which credential signs the admin in: the hash of `--admin-token-file`'s token,
+    /// or None for the stored one. When it differs from the last start's, every session ends:
+    /// replacing a leaked token file and restarting signs its holder out. True when they ended.
+    pub async fn admin_credential_in_use(&self, file_token_hash: Option<&str>) -> StoreResult<bool> {
+        let changed = match file_token_hash {
+            Some(hash) => sqlx::query(
+                "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES ('file', $1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET token_hash = excluded.token_hash, created_at = excluded.created_at \
+                 WHERE admin_tokens.token_hash <> excluded.token_hash",
+            )
+            .bind(hash)
+            .bind(self.clock.now())
+            .execute(&self.pool)
+            .await?
+            .rows_affected(),
+            None => {
+                sqlx::query("DELETE FROM admin_tokens WHERE id = 'file'").execute(&self.pool).await?.rows_affected()
+            }
+        } == 1;
+        if changed {
+            sqlx::query("DELETE FROM admin_sessions").execute(&self.pool).await?;
+        }
+        Ok(changed)
+    }
+
     /// Whether `token` is the generated admin token.
     pub async fn is_admin_token(&self, token: &str) -> StoreResult<bool> {
         let row =
