@@ -74,6 +74,12 @@ pub struct ControlPlaneArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: std::time::Duration,
 
+    /// An HTTP/2 connection (TLS only) with no request open closes, with a GOAWAY, after this
+    /// long: answering the server's keep-alive pings does not hold it. Longer than any agent's
+    /// partial interval, so that an agent's connection is not closed under its next request.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub http2_idle_timeout: std::time::Duration,
+
     /// A request's body must arrive within this.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub body_timeout: std::time::Duration,
@@ -190,6 +196,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         tls,
         header_timeout: args.header_timeout,
         body_timeout: args.body_timeout,
+        http2_idle_timeout: args.http2_idle_timeout,
         max_connections: args.max_connections,
     };
     server::serve(listener, api::router(state), options, shutdown_signal()).await

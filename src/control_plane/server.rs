@@ -1,8 +1,11 @@
 //! The accept loop: plain HTTP or TLS (rustls), a header timeout that is also the idle timeout
-//! of a kept-alive connection, a TLS handshake bounded by the same, a body timeout, a bound on
-//! open connections, and graceful shutdown. axum's own `serve` offers none of these knobs.
+//! of a kept-alive HTTP/1 connection, an idle timeout of HTTP/2's own (hyper has none, so a
+//! peer that answers keep-alive pings would hold its connection for ever), a TLS handshake
+//! bounded by the header timeout, a body timeout, a bound on open connections, and graceful
+//! shutdown. axum's own `serve` offers none of these knobs.
 
 use super::error::Error;
+use crate::runtime::LockExt;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -10,9 +13,11 @@ use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -21,6 +26,8 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// From the head to the last byte of the body.
     pub body_timeout: Duration,
+    /// An HTTP/2 connection with no request open for this long is closed with a GOAWAY.
+    pub http2_idle_timeout: Duration,
     pub max_connections: usize,
 }
 
@@ -56,7 +63,9 @@ pub async fn serve(
     builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(options.header_timeout));
     let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
     let connections = Arc::new(tokio::sync::Semaphore::new(options.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Each connection's task holds a receiver until it ends: a send asks every one to close
+    // gracefully, and `closed()` is when the last has.
+    let (stopping, _) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
         // A connection past the limit waits in the kernel's backlog, not in memory here.
@@ -76,37 +85,148 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let (builder, service, watcher, tls) =
-            (builder.clone(), TowerToHyperService::new(app.clone()), graceful.watcher(), tls.clone());
-        let handshake_timeout = options.header_timeout;
+        let (builder, app, stop, tls) = (builder.clone(), app.clone(), stopping.subscribe(), tls.clone());
+        let (handshake_timeout, http2_idle_timeout) = (options.header_timeout, options.http2_idle_timeout);
         tokio::spawn(async move {
             let _permit = permit;
             // The protocol is known before a byte is read, so that the header timeout runs from
             // the start: HTTP/1.1 in clear, and over TLS what ALPN agreed. (auto's sniffing of
             // a clear connection's first bytes has no timeout.)
-            let served = match tls {
-                None => {
-                    let builder = builder.http1_only();
-                    watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned()).await
-                }
+            let (io, h2): (Box<dyn Io>, bool) = match tls {
+                None => (Box::new(stream), false),
                 Some(acceptor) => match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => {
                         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-                        let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
-                        watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned()).await
+                        (Box::new(stream), h2)
                     }
                     Ok(Err(error)) => return tracing::debug!(%error, "TLS handshake failed"),
                     Err(_) => return tracing::debug!("TLS handshake timed out"),
                 },
             };
-            if let Err(error) = served {
+            let activity = Arc::new(Activity::new());
+            let service = TowerToHyperService::new(tracking(activity.clone(), app));
+            let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
+            if let Err(error) = until_closed(
+                builder.serve_connection(TokioIo::new(io), service),
+                stop,
+                h2.then_some((&activity, http2_idle_timeout)),
+            )
+            .await
+            {
                 tracing::debug!(%error, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+    let _ = stopping.send(());
+    if tokio::time::timeout(Duration::from_secs(10), stopping.closed()).await.is_err() {
         tracing::warn!("requests still open 10 s after shutdown began; closing them");
     }
     Ok(())
+}
+
+/// A connection's stream, in clear or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Connection<'a, S> = auto::Connection<'a, TokioIo<Box<dyn Io>>, S, TokioExecutor>;
+
+/// Serve one connection until it ends. Server shutdown, and for HTTP/2 `idle` (no request open
+/// for that long), close it gracefully: requests in flight finish, and an HTTP/2 peer learns
+/// from the GOAWAY which of its requests were not taken, to send them again.
+async fn until_closed<S, B>(
+    connection: Connection<'_, S>,
+    mut stop: tokio::sync::watch::Receiver<()>,
+    idle: Option<(&Activity, Duration)>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: hyper::service::Service<axum::http::Request<hyper::body::Incoming>, Response = axum::http::Response<B>>,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => return served,
+            _ = stop.changed(), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = idle_for(idle), if !closing && idle.is_some() => {
+                tracing::debug!("closing an idle HTTP/2 connection");
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// How many requests one connection has open, and since when it has had none.
+struct Activity {
+    state: Mutex<(usize, Instant)>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self { state: Mutex::new((0, Instant::now())) }
+    }
+
+    /// Since when no request has been open; None while one is.
+    fn idle_since(&self) -> Option<Instant> {
+        let (open, since) = *self.state.lock_unpoisoned();
+        (open == 0).then_some(since)
+    }
+}
+
+/// `app`, counting the open requests of one connection in `activity`.
+fn tracking(
+    activity: Arc<Activity>,
+    app: Router,
+) -> impl tower::Service<
+    axum::http::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+        let open = OpenRequest::begin(&activity);
+        let answer = app.clone().oneshot(request);
+        async move {
+            let _open = open;
+            answer.await
+        }
+    })
+}
+
+/// One open request: counted from its head until its answer is ready (or it is dropped).
+struct OpenRequest(Arc<Activity>);
+
+impl OpenRequest {
+    fn begin(activity: &Arc<Activity>) -> Self {
+        activity.state.lock_unpoisoned().0 += 1;
+        Self(activity.clone())
+    }
+}
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock_unpoisoned();
+        *state = (state.0.saturating_sub(1), Instant::now());
+    }
+}
+
+/// Resolves once `idle`'s connection has had no request open for its duration; never without one.
+async fn idle_for(idle: Option<(&Activity, Duration)>) {
+    let Some((activity, limit)) = idle else { return std::future::pending().await };
+    loop {
+        let wait = activity.idle_since().map_or(limit, |since| limit.saturating_sub(since.elapsed()));
+        if wait.is_zero() {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+    }
 }

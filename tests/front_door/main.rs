@@ -11,6 +11,7 @@ use support::ControlPlaneProcess;
 
 mod browser;
 mod database;
+mod http2;
 mod scale_out;
 mod transport;
 
