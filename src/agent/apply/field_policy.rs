@@ -24,9 +24,24 @@ impl Default for FieldPolicy {
     }
 }
 
-/// Finalizers Kubernetes itself sets and removes.
-fn kubernetes_finalizer(name: &str) -> bool {
-    matches!(name, "orphan" | "foregroundDeletion" | "kubernetes") || name.starts_with("kubernetes.io/")
+/// Finalizers Kubernetes itself sets and removes on an object of `kind`: garbage collection's
+/// on any, claim protection on a claim. Any other (`kubernetes`, a namespace's, included) is
+/// removed by no controller there, and would hold the object, and its namespace, for ever.
+fn kubernetes_finalizer(kind: &str, name: &str) -> bool {
+    matches!(name, "orphan" | "foregroundDeletion")
+        || (kind == "PersistentVolumeClaim" && name == "kubernetes.io/pvc-protection")
+}
+
+/// Annotations that loosen a Pod's confinement where the 1.20 apiserver has no field for it
+/// (AppArmor) or copies them into the fields (seccomp): each may only name a confined profile.
+fn confinement_annotation(key: &str) -> bool {
+    key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+        || key == "seccomp.security.alpha.kubernetes.io/pod"
+        || key.starts_with("container.seccomp.security.alpha.kubernetes.io/")
+}
+
+fn confined_profile(value: &Value) -> bool {
+    value.as_str().is_some_and(|v| matches!(v, "runtime/default" | "docker/default") || v.starts_with("localhost/"))
 }
 
 impl FieldPolicy {
@@ -46,8 +61,9 @@ impl FieldPolicy {
                 ));
             }
         }
-        if let Some(foreign) = object.metadata.finalizers.iter().flatten().find(|f| !kubernetes_finalizer(f)) {
-            return Err(format!("metadata.finalizers: {foreign:?} is not one of Kubernetes' own"));
+        let kind = gvk.kind.as_str();
+        if let Some(foreign) = object.metadata.finalizers.iter().flatten().find(|f| !kubernetes_finalizer(kind, f)) {
+            return Err(format!("metadata.finalizers: {foreign:?} is not one Kubernetes removes from a {kind}"));
         }
         let spec = object.data.get("spec").unwrap_or(&Value::Null);
         match (gvk.group.as_str(), gvk.kind.as_str()) {
@@ -61,6 +77,15 @@ impl FieldPolicy {
             && !pod_spec.is_null()
         {
             pod_security::check(self.pod_security, path, pod_spec)?;
+            check_pod_volumes(path, pod_spec)?;
+            // The Pods' own metadata: the template's, or a bare Pod's.
+            match path.strip_suffix(".spec") {
+                Some(template_path) => {
+                    let template = template_path.split('.').fold(&object.data, |value, key| &value[key]);
+                    check_pod_metadata(&format!("{template_path}.metadata"), &template["metadata"])?;
+                }
+                None => check_pod_metadata("metadata", &serde_json::to_value(&object.metadata).unwrap_or_default())?,
+            }
         }
         Ok(())
     }
@@ -88,6 +113,32 @@ fn check_claim(spec: &Value) -> Result<(), String> {
         if present(spec.get(field)) {
             return Err(format!("spec.{field}: a claim may not pick its volume"));
         }
+    }
+    Ok(())
+}
+
+/// What every Pod of a template carries: finalizers the ReplicaSet controller copies into each
+/// Pod (a Pod held by one keeps its namespace `Terminating`), and confinement annotations.
+fn check_pod_metadata(path: &str, metadata: &Value) -> Result<(), String> {
+    for finalizer in metadata.get("finalizers").and_then(Value::as_array).into_iter().flatten() {
+        if !finalizer.as_str().is_some_and(|f| kubernetes_finalizer("Pod", f)) {
+            return Err(format!("{path}.finalizers: {finalizer} is not one Kubernetes removes from a Pod"));
+        }
+    }
+    for (key, value) in metadata.get("annotations").and_then(Value::as_object).into_iter().flatten() {
+        if confinement_annotation(key) && !confined_profile(value) {
+            return Err(format!("{path}.annotations.{key}: {value} is not a confined profile"));
+        }
+    }
+    Ok(())
+}
+
+/// A generic ephemeral volume's claim is created from its template by the cluster: it may no
+/// more pick its volume than a claim in the config.
+fn check_pod_volumes(path: &str, pod_spec: &Value) -> Result<(), String> {
+    for (index, volume) in pod_spec.get("volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let claim = &volume["ephemeral"]["volumeClaimTemplate"]["spec"];
+        check_claim(claim).map_err(|e| format!("{path}.volumes[{index}].ephemeral.volumeClaimTemplate.{e}"))?;
     }
     Ok(())
 }
@@ -176,8 +227,51 @@ mod tests {
         let finalized = |f: &str| json!({ "metadata": { "name": "x", "finalizers": [f] } });
         assert!(check("PersistentVolumeClaim", "v1", finalized("kubernetes.io/pvc-protection")).is_ok());
         assert!(check("ConfigMap", "v1", finalized("foregroundDeletion")).is_ok());
-        let error = check("ConfigMap", "v1", finalized("example.com/never-done")).unwrap_err();
-        assert!(error.starts_with("metadata.finalizers"), "{error}");
+        // No controller removes these from a ConfigMap: each would hold it, and its namespace.
+        for stuck in ["example.com/never-done", "kubernetes", "kubernetes.io/pvc-protection"] {
+            let error = check("ConfigMap", "v1", finalized(stuck)).unwrap_err();
+            assert!(error.starts_with("metadata.finalizers"), "{error}");
+        }
+    }
+
+    fn deployment(template_metadata: Value, volumes: Value) -> Value {
+        json!({ "spec": { "template": { "metadata": template_metadata,
+            "spec": { "containers": [{ "name": "c", "image": "i" }], "volumes": volumes } } } })
+    }
+
+    #[test]
+    fn a_templates_pods_carry_no_finalizer_or_unconfined_profile() {
+        assert!(check("Deployment", "apps/v1", deployment(json!({ "labels": { "a": "b" } }), json!([]))).is_ok());
+        let error = check("Deployment", "apps/v1", deployment(json!({ "finalizers": ["x.io/never"] }), json!([])));
+        assert!(error.unwrap_err().starts_with("spec.template.metadata.finalizers"));
+        for (key, value) in [
+            ("container.apparmor.security.beta.kubernetes.io/c", "unconfined"),
+            ("seccomp.security.alpha.kubernetes.io/pod", "unconfined"),
+            ("container.seccomp.security.alpha.kubernetes.io/c", "unconfined"),
+        ] {
+            let error = check("Deployment", "apps/v1", deployment(json!({ "annotations": { key: value } }), json!([])));
+            assert!(error.unwrap_err().starts_with("spec.template.metadata.annotations."), "{key}");
+            let confined = deployment(json!({ "annotations": { key: "runtime/default" } }), json!([]));
+            assert!(check("Deployment", "apps/v1", confined).is_ok(), "{key}");
+        }
+        let pod = json!({ "metadata": { "name": "x",
+            "annotations": { "container.apparmor.security.beta.kubernetes.io/c": "unconfined" } },
+            "spec": { "containers": [{ "name": "c", "image": "i" }] } });
+        assert!(check("Pod", "v1", pod).unwrap_err().starts_with("metadata.annotations."));
+    }
+
+    #[test]
+    fn an_ephemeral_volume_does_not_pick_its_volume() {
+        let ephemeral =
+            |spec: Value| json!([{ "name": "scratch", "ephemeral": { "volumeClaimTemplate": { "spec": spec } } }]);
+        let plain = ephemeral(json!({ "accessModes": ["ReadWriteOnce"], "resources": {} }));
+        assert!(check("Deployment", "apps/v1", deployment(json!({}), plain)).is_ok());
+        let picked = ephemeral(json!({ "volumeName": "retained-volume-of-another-tenant" }));
+        let error = check("Deployment", "apps/v1", deployment(json!({}), picked)).unwrap_err();
+        assert!(
+            error.starts_with("spec.template.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.volumeName"),
+            "{error}"
+        );
     }
 
     #[test]

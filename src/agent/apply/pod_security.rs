@@ -5,9 +5,10 @@
 //! apiserver (CI runs 1.20), or one without the plugin, would take a privileged pod as it is. The
 //! checks read the config's JSON, so a field of the wrong type is a violation, never a panic.
 //!
-//! Left out, each on the strict side: annotations (only the spec is seen, so AppArmor annotations
-//! go unchecked and the `securityContext` fields count); and Restricted's relaxations for
-//! `spec.os.name: windows` and `hostUsers: false`, which older apiservers and kubelets do not honour.
+//! Annotations are the field policy's (`field_policy::check_pod_metadata`: AppArmor and seccomp
+//! annotations must name a confined profile). Left out, on the strict side: Restricted's
+//! relaxations for `spec.os.name: windows` and `hostUsers: false`, which older apiservers and
+//! kubelets do not honour.
 //!
 //! Longer than 400 lines: the standard has fifteen controls over the pod and three container
 //! lists, every field is read defensively, and each control has a test.

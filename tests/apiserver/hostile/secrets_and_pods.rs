@@ -131,3 +131,54 @@ async fn a_service_with_external_ips_is_refused() {
     arena.absent(&a1, "service", "intercept");
     arena.finish("a Service with externalIPs");
 }
+
+/// What a template puts on every Pod, and what the cluster creates from it: finalizers the
+/// ReplicaSet controller copies into each Pod (one no controller removes holds the namespace
+/// `Terminating` for ever), an AppArmor annotation that unconfines a container (1.20 has no
+/// field for it), a generic ephemeral volume whose claim picks another tenant's volume, and a
+/// finalizer Kubernetes removes from claims only, put on a ConfigMap.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_template_puts_on_its_pods_is_checked() {
+    let mut arena = Arena::start("tm", &[], &[]).await;
+    let ns: Vec<String> = (1..=4).map(|n| arena.attack_namespace(n)).collect();
+    let container = json!([{ "name": "c", "image": "busybox" }]);
+    let with_template_metadata = |namespace: &str, name: &str, mut metadata: serde_json::Value| {
+        metadata["labels"] = json!({ "app": name });
+        let manifest = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name, "namespace": namespace },
+            "spec": { "selector": { "matchLabels": { "app": name } },
+                      "template": { "metadata": metadata, "spec": { "containers": container } } }
+        });
+        wsync::yaml::to_string(&manifest).expect("yaml")
+    };
+    let pinned = with_template_metadata(&ns[0], "pinned", json!({ "finalizers": ["example.com/never-done"] }));
+    let unconfined = with_template_metadata(
+        &ns[1],
+        "unconfined",
+        json!({ "annotations": { "container.apparmor.security.beta.kubernetes.io/c": "unconfined" } }),
+    );
+    let scratch = json!({ "containers": container, "volumes": [{ "name": "scratch", "ephemeral": { "volumeClaimTemplate": {
+        "spec": { "volumeName": "retained-volume-of-another-tenant", "accessModes": ["ReadWriteOnce"],
+                  "resources": { "requests": { "storage": "1Gi" } } } } } }] });
+    let stuck = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stuck\n  namespace: {}\n  finalizers: [kubernetes.io/pvc-protection]\n",
+        ns[3]
+    );
+    arena.attack(vec![
+        info(&ns[0], "pinned", &config(&ns[0], &[pinned])),
+        info(&ns[1], "unconfined", &config(&ns[1], &[unconfined])),
+        info(&ns[2], "scratch", &config(&ns[2], &[deployment(&ns[2], "scratch", scratch)])),
+        info(&ns[3], "stuck", &config(&ns[3], &[stuck])),
+    ]);
+    arena.refusal("pinned", "spec.template.metadata.finalizers").await;
+    arena.refusal("unconfined", "spec.template.metadata.annotations.container.apparmor").await;
+    arena.refusal("scratch", "ephemeral.volumeClaimTemplate.spec.volumeName").await;
+    arena.refusal("stuck", "metadata.finalizers").await;
+    arena.good_syncs_on().await;
+    arena.absent(&ns[0], "deployment", "pinned");
+    arena.absent(&ns[1], "deployment", "unconfined");
+    arena.absent(&ns[2], "deployment", "scratch");
+    arena.absent(&ns[3], "configmap", "stuck");
+    arena.finish("what a template puts on its Pods");
+}
