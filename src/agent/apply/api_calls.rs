@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 mod live_objects;
+#[cfg(test)]
+mod namespace_race;
 
 /// A kind to look up: exactly, from a config's apiVersion, or by group and kind alone, from an
 /// inventory's member keys (then at the group's recommended version).
@@ -69,8 +71,8 @@ impl ApiCalls {
     }
 
     /// Create the workspace's namespace, labelled with the agent id and its Pod Security
-    /// level, unless it exists.
-    pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), kube::Error> {
+    /// level. False when it exists already: whose it is, the caller judges from what is there.
+    pub async fn create_namespace(&self, namespace: &str) -> Result<bool, kube::Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let object = Namespace {
             metadata: ObjectMeta {
@@ -83,9 +85,9 @@ impl ApiCalls {
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {
                 self.cache.set_own_namespace(namespace, OwnNamespace { copied: None, labels_current: true });
-                Ok(())
+                Ok(true)
             }
-            Err(e) if is_status(&e, 409) => self.assert_namespace_labels(namespace).await,
+            Err(e) if is_status(&e, 409) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -217,22 +217,34 @@ impl Applier {
     /// Create the namespace if it is missing, and set its Pod Security labels if they are
     /// not current; returns the pull secrets already copied into it.
     async fn ensure_own_namespace(&self, namespace: &str) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
-        match self.namespace_ownership(namespace).await? {
-            Namespace::Ours { copied, labels_current: true } => Ok(copied),
-            Namespace::Ours { copied, labels_current: false } => {
-                self.calls.assert_namespace_labels(namespace).await.map_err(|e| {
-                    ApplyError::kubernetes(format!("labelling namespace {namespace}: {}", api_message(&e)))
+        let (copied, labels_current) = match self.namespace_ownership(namespace).await? {
+            Namespace::Ours { copied, labels_current } => (copied, labels_current),
+            Namespace::Missing => {
+                let created = self.calls.create_namespace(namespace).await.map_err(|e| {
+                    ApplyError::kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))
                 })?;
-                tracing::info!(namespace, "set the Pod Security labels of a workspace namespace");
-                Ok(copied)
+                if created {
+                    return Ok(BTreeSet::new());
+                }
+                // Someone created it since it was read: the rule judges what is there now.
+                match self.namespace_ownership(namespace).await? {
+                    Namespace::Ours { copied, labels_current } => (copied, labels_current),
+                    Namespace::Missing => {
+                        return Err(ApplyError::kubernetes(format!(
+                            "namespace {namespace} was created and deleted by someone else meanwhile; the next cycle tries again"
+                        )));
+                    }
+                }
             }
-            Namespace::Missing => self
-                .calls
-                .ensure_namespace(namespace)
+        };
+        if !labels_current {
+            self.calls
+                .assert_namespace_labels(namespace)
                 .await
-                .map(|()| BTreeSet::new())
-                .map_err(|e| ApplyError::kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))),
+                .map_err(|e| ApplyError::kubernetes(format!("labelling namespace {namespace}: {}", api_message(&e))))?;
+            tracing::info!(namespace, "set the Pod Security labels of a workspace namespace");
         }
+        Ok(copied)
     }
 
     /// Copy every wanted pull secret into the namespace, delete the copies no longer wanted,
