@@ -204,3 +204,32 @@ async fn named_pull_secrets_are_copied_kept_in_sync_and_a_missing_one_is_a_works
     assert_eq!(get_field(env, &ns, "secret/regcred", "{.metadata.name}"), None);
     kubectl_ok(env, &["delete", "namespace", &registry, "--wait=false"]);
 }
+
+/// A pull secret's copy follows its source long after the workspace's apply, so it is made
+/// only where the agent's label still is: once the label is taken off the namespace (someone
+/// else's now), a changed source is not copied there, and the workspace says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_pull_secret_is_not_copied_into_a_namespace_no_longer_the_agents() {
+    let env = env();
+    let registry = unique_id("reg2");
+    kubectl_ok(env, &["create", "namespace", &registry]);
+    kubectl_ok(env, &["label", "namespace", &registry, &format!("{TEST_LABEL}={registry}")]);
+    registry_secret(env, &registry, "regcred", "first");
+    let source = format!("{registry}/regcred");
+    let system =
+        System::start_configured("pull2", &["--image-pull-secret", &source], &["--image-pull-secret-source", &source])
+            .await;
+    system.cli(&["create", "fay", "--image", "registry.example.com/ide:1"]);
+    let workspace = system.wait_actual("fay", "Running").await;
+    let ns = workspace["namespace"].as_str().expect("namespace").to_string();
+    let data = "{.data.\\.dockerconfigjson}";
+    let copied = get_field(env, &ns, "secret/regcred", data).expect("copied");
+
+    kubectl_ok(env, &["label", "namespace", &ns, "agent.gitlab.com/id-"]);
+    registry_secret(env, &registry, "regcred", "rotated");
+    let failed = system.wait_actual("fay", "Error").await;
+    let message = failed["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains(&format!("namespace {ns} is no longer labelled")), "{message}");
+    assert_eq!(get_field(env, &ns, "secret/regcred", data), Some(copied), "the old copy, not the new credentials");
+    kubectl_ok(env, &["delete", "namespace", &registry, &ns, "--wait=false"]);
+}

@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod drift;
 pub mod field_policy;
 mod guarded;
+mod namespace_rule;
 pub mod plan;
 pub mod pod_security;
 pub mod pull_secrets;
@@ -139,7 +140,10 @@ impl Applier {
             for key in stale {
                 let copied = match &current {
                     Some(secret) => match ApplyPolicy::check_pull_secret_type(&source, secret.type_.as_deref()) {
-                        Ok(()) => self.calls.copy_secret(secret, &source, key.namespace()).await,
+                        Ok(()) => match self.still_ours(key.namespace()).await {
+                            Ok(()) => self.calls.copy_secret(secret, &source, key.namespace()).await,
+                            Err(refusal) => Err(refusal),
+                        },
                         Err(refusal) => Err(ApplyError::applier(refusal)),
                     },
                     None => Err(missing_pull_secret(&source)),
@@ -182,69 +186,6 @@ impl Applier {
             scopes.insert(gvk, capabilities.scope);
         }
         Ok(scopes)
-    }
-
-    /// The namespace rule, shared by apply and termination: never a protected namespace, and
-    /// only one that is new or already carries this agent's label.
-    pub(super) async fn namespace_ownership(&self, namespace: &str) -> Result<Namespace, ApplyError> {
-        if self.policy.protected_namespace(namespace) {
-            return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
-        }
-        if let Some(record) = self.calls.cached_own_namespace(namespace) {
-            let copied = pull_secrets::parse_copied(record.copied.as_deref());
-            return Ok(Namespace::Ours { copied, labels_current: record.labels_current });
-        }
-        let meta = self
-            .calls
-            .namespace_meta(namespace)
-            .await
-            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
-        let config = self.calls.config();
-        match meta {
-            None => Ok(Namespace::Missing),
-            Some(meta) if config.is_ours(&meta) => {
-                let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
-                let copied = pull_secrets::parse_copied(record.map(String::as_str));
-                Ok(Namespace::Ours { copied, labels_current: config.pod_security_labels_current(&meta) })
-            }
-            Some(_) => Err(ApplyError::kubernetes(format!(
-                "refused: namespace {namespace} exists and is not labelled {}={}",
-                config.workspace_label_key, config.agent_id
-            ))),
-        }
-    }
-
-    /// Create the namespace if it is missing, and set its Pod Security labels if they are
-    /// not current; returns the pull secrets already copied into it.
-    async fn ensure_own_namespace(&self, namespace: &str) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
-        let (copied, labels_current) = match self.namespace_ownership(namespace).await? {
-            Namespace::Ours { copied, labels_current } => (copied, labels_current),
-            Namespace::Missing => {
-                let created = self.calls.create_namespace(namespace).await.map_err(|e| {
-                    ApplyError::kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))
-                })?;
-                if created {
-                    return Ok(BTreeSet::new());
-                }
-                // Someone created it since it was read: the rule judges what is there now.
-                match self.namespace_ownership(namespace).await? {
-                    Namespace::Ours { copied, labels_current } => (copied, labels_current),
-                    Namespace::Missing => {
-                        return Err(ApplyError::kubernetes(format!(
-                            "namespace {namespace} was created and deleted by someone else meanwhile; the next cycle tries again"
-                        )));
-                    }
-                }
-            }
-        };
-        if !labels_current {
-            self.calls
-                .assert_namespace_labels(namespace)
-                .await
-                .map_err(|e| ApplyError::kubernetes(format!("labelling namespace {namespace}: {}", api_message(&e))))?;
-            tracing::info!(namespace, "set the Pod Security labels of a workspace namespace");
-        }
-        Ok(copied)
     }
 
     /// Copy every wanted pull secret into the namespace, delete the copies no longer wanted,

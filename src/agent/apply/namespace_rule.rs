@@ -1,0 +1,93 @@
+//! The namespace rule (DESIGN §2, "Trust": where): the agent writes only in a namespace it
+//! created or that carries its label, never a protected one, judged on what the cluster holds
+//! when the write is decided.
+
+use super::{Applier, Namespace, pull_secrets};
+use crate::agent::error::{ApplyError, api_message};
+use crate::protocol::ImagePullSecret;
+use std::collections::BTreeSet;
+
+impl Applier {
+    /// The namespace rule, shared by apply and termination: never a protected namespace, and
+    /// only one that is new or already carries this agent's label.
+    pub(super) async fn namespace_ownership(&self, namespace: &str) -> Result<Namespace, ApplyError> {
+        if self.policy.protected_namespace(namespace) {
+            return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
+        }
+        if let Some(record) = self.calls.cached_own_namespace(namespace) {
+            let copied = pull_secrets::parse_copied(record.copied.as_deref());
+            return Ok(Namespace::Ours { copied, labels_current: record.labels_current });
+        }
+        let meta = self
+            .calls
+            .namespace_meta(namespace)
+            .await
+            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+        let config = self.calls.config();
+        match meta {
+            None => Ok(Namespace::Missing),
+            Some(meta) if config.is_ours(&meta) => {
+                let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
+                let copied = pull_secrets::parse_copied(record.map(String::as_str));
+                Ok(Namespace::Ours { copied, labels_current: config.pod_security_labels_current(&meta) })
+            }
+            Some(_) => Err(ApplyError::kubernetes(format!(
+                "refused: namespace {namespace} exists and is not labelled {}={}",
+                config.workspace_label_key, config.agent_id
+            ))),
+        }
+    }
+
+    /// The namespace rule, read from the cluster now: a copy made long after the workspace's
+    /// apply goes only where the agent's label still is (a namespace deleted and made again by
+    /// someone else, or whose label was taken off, gets no credentials).
+    pub(super) async fn still_ours(&self, namespace: &str) -> Result<(), ApplyError> {
+        let meta = self
+            .calls
+            .namespace_meta(namespace)
+            .await
+            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
+        let config = self.calls.config();
+        match meta {
+            Some(meta) if !self.policy.protected_namespace(namespace) && config.is_ours(&meta) => Ok(()),
+            Some(_) => Err(ApplyError::kubernetes(format!(
+                "refused: namespace {namespace} is no longer labelled {}={}",
+                config.workspace_label_key, config.agent_id
+            ))),
+            None => Err(ApplyError::kubernetes(format!("namespace {namespace} is gone"))),
+        }
+    }
+
+    /// Create the namespace if it is missing, and set its Pod Security labels if they are
+    /// not current; returns the pull secrets already copied into it.
+    pub(super) async fn ensure_own_namespace(&self, namespace: &str) -> Result<BTreeSet<ImagePullSecret>, ApplyError> {
+        let (copied, labels_current) = match self.namespace_ownership(namespace).await? {
+            Namespace::Ours { copied, labels_current } => (copied, labels_current),
+            Namespace::Missing => {
+                let created = self.calls.create_namespace(namespace).await.map_err(|e| {
+                    ApplyError::kubernetes(format!("creating namespace {namespace}: {}", api_message(&e)))
+                })?;
+                if created {
+                    return Ok(BTreeSet::new());
+                }
+                // Someone created it since it was read: the rule judges what is there now.
+                match self.namespace_ownership(namespace).await? {
+                    Namespace::Ours { copied, labels_current } => (copied, labels_current),
+                    Namespace::Missing => {
+                        return Err(ApplyError::kubernetes(format!(
+                            "namespace {namespace} was created and deleted by someone else meanwhile; the next cycle tries again"
+                        )));
+                    }
+                }
+            }
+        };
+        if !labels_current {
+            self.calls
+                .assert_namespace_labels(namespace)
+                .await
+                .map_err(|e| ApplyError::kubernetes(format!("labelling namespace {namespace}: {}", api_message(&e))))?;
+            tracing::info!(namespace, "set the Pod Security labels of a workspace namespace");
+        }
+        Ok(copied)
+    }
+}
