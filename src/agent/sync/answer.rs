@@ -83,7 +83,10 @@ impl Answer {
     /// Keep a parsed info if its names are valid; a later info of one workspace replaces an
     /// earlier one, so that one answer starts at most one apply per workspace.
     fn accept(&mut self, info: WorkspaceRailsInfo) {
-        if let Err(reason) = dns_label("namespace", &info.namespace).and_then(|()| dns_label("name", &info.name)) {
+        let checked = dns_label("namespace", &info.namespace)
+            .and_then(|()| dns_label("name", &info.name))
+            .and_then(|()| resource_version(info.deployment_resource_version.as_deref()));
+        if let Err(reason) = checked {
             if let Some(key) = reportable(&info.namespace, &info.name) {
                 self.refuse(key, format!("refused the control plane's info: {reason}"));
             } else {
@@ -120,6 +123,19 @@ fn whose(raw: &RawValue) -> Option<WorkspaceKey> {
 fn reportable(namespace: &str, name: &str) -> Option<WorkspaceKey> {
     let fits = |s: &str| !s.is_empty() && s.len() <= MAX_REPORTED_NAME_BYTES && !s.contains('/');
     (fits(namespace) && fits(name)).then(|| WorkspaceKey::new(namespace, name))
+}
+
+/// The longest `deployment_resource_version` taken: opaque to clients, a resourceVersion is
+/// still a short token, and every one acknowledged is kept in the agent's status.
+const MAX_RESOURCE_VERSION_BYTES: usize = 64;
+
+fn resource_version(version: Option<&str>) -> Result<(), String> {
+    match version {
+        Some(v) if v.len() > MAX_RESOURCE_VERSION_BYTES || !v.bytes().all(|b| b.is_ascii_graphic()) => {
+            Err(format!("deployment_resource_version of {} bytes is not a resourceVersion", v.len()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// An RFC 1123 label, as Kubernetes requires of a namespace's name: at most 63 characters of
@@ -161,6 +177,24 @@ mod tests {
         assert_eq!(refused, ["ns-b/bad-state", "NS_C/bad-namespace"], "the nameless and the oversized are only logged");
         assert!(answer.refused[0].reason.contains("Exploded"), "{:?}", answer.refused[0]);
         assert!(answer.refused[1].reason.contains("not a DNS label"), "{:?}", answer.refused[1]);
+    }
+
+    #[test]
+    fn an_acknowledged_version_is_a_short_token() {
+        let acknowledged = |version: &str| {
+            let body = format!(
+                r#"{{"workspace_rails_infos":[{{"name":"ws","namespace":"ns","desired_state":"Running","actual_state":"Running","config_to_apply":"","deployment_resource_version":{}}}]}}"#,
+                serde_json::Value::from(version)
+            );
+            decode(body.as_bytes()).expect("decodes")
+        };
+        assert_eq!(acknowledged("123456").response.workspace_rails_infos.len(), 1);
+        for hostile in ["7".repeat(2 * 1024 * 1024), "12 34".into(), "1\n2".into()] {
+            let answer = acknowledged(&hostile);
+            assert!(answer.response.workspace_rails_infos.is_empty(), "{} bytes", hostile.len());
+            let reason = &answer.refused[0].reason;
+            assert!(reason.contains("is not a resourceVersion") && reason.len() < 200, "{reason}");
+        }
     }
 
     #[test]
