@@ -229,7 +229,7 @@ async fn a_changed_pull_secret_is_not_copied_into_a_namespace_no_longer_the_agen
     registry_secret(env, &registry, "regcred", "rotated");
     let failed = system.wait_actual("fay", "Error").await;
     let message = failed["error"]["message"].as_str().unwrap_or_default().to_string();
-    assert!(message.contains(&format!("namespace {ns} is no longer labelled")), "{message}");
+    assert!(message.contains(&format!("namespace {ns} exists and is not labelled")), "{message}");
     assert_eq!(get_field(env, &ns, "secret/regcred", data), Some(copied), "the old copy, not the new credentials");
     kubectl_ok(env, &["delete", "namespace", &registry, &ns, "--wait=false"]);
 }

@@ -142,7 +142,7 @@ impl Applier {
                     Some(secret) => match ApplyPolicy::check_pull_secret_type(&source, secret.type_.as_deref()) {
                         Ok(()) => match self.still_ours(key.namespace()).await {
                             Ok(()) => self.calls.copy_secret(secret, &source, key.namespace()).await,
-                            Err(refusal) => Err(refusal),
+                            refused => refused,
                         },
                         Err(refusal) => Err(ApplyError::applier(refusal)),
                     },

@@ -38,23 +38,14 @@ impl Applier {
         }
     }
 
-    /// The namespace rule, read from the cluster now: a copy made long after the workspace's
-    /// apply goes only where the agent's label still is (a namespace deleted and made again by
-    /// someone else, or whose label was taken off, gets no credentials).
+    /// The namespace rule for a write decided long after the workspace's apply (a pull secret
+    /// copied again): the namespace must still be the agent's. The cache follows the agent's
+    /// label by watch, so a namespace whose label was taken off, or that was deleted and made
+    /// again by someone else, is read again and refused.
     pub(super) async fn still_ours(&self, namespace: &str) -> Result<(), ApplyError> {
-        let meta = self
-            .calls
-            .namespace_meta(namespace)
-            .await
-            .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
-        let config = self.calls.config();
-        match meta {
-            Some(meta) if !self.policy.protected_namespace(namespace) && config.is_ours(&meta) => Ok(()),
-            Some(_) => Err(ApplyError::kubernetes(format!(
-                "refused: namespace {namespace} is no longer labelled {}={}",
-                config.workspace_label_key, config.agent_id
-            ))),
-            None => Err(ApplyError::kubernetes(format!("namespace {namespace} is gone"))),
+        match self.namespace_ownership(namespace).await? {
+            Namespace::Ours { .. } => Ok(()),
+            Namespace::Missing => Err(ApplyError::kubernetes(format!("namespace {namespace} is gone"))),
         }
     }
 
