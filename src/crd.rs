@@ -36,7 +36,7 @@ pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
     status = "WorkspaceSyncStatusStatus",
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
     printcolumn(name = "Workspaces", type_ = "integer", json_path = ".status.workspaces"),
-    printcolumn(name = "Errors", type_ = "integer", json_path = ".status.pendingErrorCount"),
+    printcolumn(name = "Errors", type_ = "integer", json_path = ".status.errorCount"),
     printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Synced")].reason"#),
     printcolumn(name = "Last Full Sync", type_ = "date", json_path = ".status.lastFullSyncTime"),
     printcolumn(name = "Last Partial Sync", type_ = "date", json_path = ".status.lastPartialSyncTime"),
@@ -81,7 +81,8 @@ pub struct WorkspaceSyncStatusStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub terminations: BTreeMap<String, TerminationProgress>,
-    /// Errors the control plane has not acknowledged yet.
+    /// Failures that still hold: those the control plane has not acknowledged yet, and those
+    /// it has (`acknowledged: true`), kept until an apply of the workspace succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub pending_errors: Vec<PendingErrorRecord>,
@@ -91,8 +92,12 @@ pub struct WorkspaceSyncStatusStatus {
     pub error_messages: Vec<String>,
     #[serde(default)]
     pub workspaces: u64,
+    /// Failures the control plane has not acknowledged yet.
     #[serde(default)]
     pub pending_error_count: u64,
+    /// Failures that hold, acknowledged or not: the `Errors` column.
+    #[serde(default)]
+    pub error_count: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
@@ -107,6 +112,10 @@ pub struct PendingErrorRecord {
     pub first_seen: Time,
     /// Index into `status.errorMessages`.
     pub message: u32,
+    /// The control plane has acknowledged it: it goes with every report of the workspace,
+    /// but is no longer sent as new.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub acknowledged: bool,
 }
 
 impl WorkspaceSyncStatus {

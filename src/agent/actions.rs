@@ -131,7 +131,7 @@ async fn retry(
 ) {
     for attempt in 1u32.. {
         let partial = ctx.state().ledger.partial_interval();
-        let lasting = ctx.state().ledger.errors().pending_is_lasting(key);
+        let lasting = ctx.state().ledger.errors().is_lasting(key);
         let schedule = Backoff { first: Duration::from_secs(1), cap: partial.max(Duration::from_secs(1)) };
         let wait = if lasting { schedule.cap } else { schedule.after(attempt) };
         tokio::time::sleep(jitter(wait)).await;

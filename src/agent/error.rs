@@ -53,8 +53,10 @@ pub enum Error {
     )]
     InsecureControlPlane { url: String },
 
-    #[error("metrics address {address}: {source}")]
-    MetricsAddress { address: std::net::SocketAddr, source: std::io::Error },
+    /// A listening address that cannot be served, named by its flag (`--metrics-address`,
+    /// `--admin-address`).
+    #[error("{flag} {address}: {source}")]
+    ListenAddress { flag: &'static str, address: std::net::SocketAddr, source: std::io::Error },
 }
 
 impl Error {
@@ -72,7 +74,7 @@ impl Error {
             | Error::HttpClient(_)
             | Error::NoTrustedRoots { .. }
             | Error::InsecureControlPlane { .. }
-            | Error::MetricsAddress { .. }
+            | Error::ListenAddress { .. }
             | Error::SharedNamespace { .. } => "InvalidConfiguration",
         }
     }
@@ -102,7 +104,7 @@ impl Error {
                 | Error::HttpClient(_)
                 | Error::NoTrustedRoots { .. }
                 | Error::InsecureControlPlane { .. }
-                | Error::MetricsAddress { .. }
+                | Error::ListenAddress { .. }
         )
     }
 }

@@ -265,24 +265,27 @@ fn admin_router(log_level: LogLevelHandle) -> axum::Router {
     axum::Router::new().route("/loglevel", axum::routing::put(set_log_level)).with_state(log_level)
 }
 
-async fn bind(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(address).await.map_err(|source| Error::MetricsAddress { address, source })
+async fn bind(flag: &'static str, address: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(address).await.map_err(|source| Error::ListenAddress { flag, address, source })
 }
 
-/// Serve the endpoints; a port that cannot be bound is a configuration error.
+const METRICS_FLAG: &str = "--metrics-address";
+const ADMIN_FLAG: &str = "--admin-address";
+
+/// Serve the endpoints; a port that cannot be bound is a configuration error, named by its flag.
 pub async fn serve(
     address: std::net::SocketAddr,
     admin_address: std::net::SocketAddr,
     metrics: Arc<Metrics>,
     log_level: LogLevelHandle,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let listener = bind(address).await?;
-    let admin = bind(admin_address).await?;
-    let bound = |l: &tokio::net::TcpListener, address| {
-        l.local_addr().map_err(|source| Error::MetricsAddress { address, source })
+    let listener = bind(METRICS_FLAG, address).await?;
+    let admin = bind(ADMIN_FLAG, admin_address).await?;
+    let bound = |l: &tokio::net::TcpListener, flag, address| {
+        l.local_addr().map_err(|source| Error::ListenAddress { flag, address, source })
     };
-    tracing::info!(address = %bound(&listener, address)?, "serving /metrics, /healthz and /readyz");
-    tracing::info!(address = %bound(&admin, admin_address)?, "serving PUT /loglevel");
+    tracing::info!(address = %bound(&listener, METRICS_FLAG, address)?, "serving /metrics, /healthz and /readyz");
+    tracing::info!(address = %bound(&admin, ADMIN_FLAG, admin_address)?, "serving PUT /loglevel");
     Ok(tokio::spawn(async move {
         let serving = async { axum::serve(listener, router(metrics)).await };
         let administering = async { axum::serve(admin, admin_router(log_level)).await };

@@ -180,10 +180,10 @@ async fn resync(
         if status.last_handled_resync_request.as_deref() == Some(request.as_str()) {
             let last = status.last_full_sync_time.map_or("-".into(), |t| t.0.to_string());
             return Ok(format!(
-                "agent {agent}: full resync done in {:.1}s (last full sync {last}, {} workspaces, {} pending errors)\n",
+                "agent {agent}: full resync done in {:.1}s (last full sync {last}, {} workspaces, {} failing)\n",
                 started.elapsed().as_secs_f64(),
                 status.workspaces,
-                status.pending_error_count
+                status.error_count
             ));
         }
         if said.elapsed() >= Duration::from_secs(3) {

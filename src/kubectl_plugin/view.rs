@@ -22,6 +22,9 @@ pub struct AgentStatus {
     pub last_full_sync: Option<String>,
     pub next_full_sync: Option<String>,
     pub workspaces: u64,
+    /// Failures that hold, acknowledged by the control plane or not.
+    pub errors: u64,
+    /// Of those, the ones the control plane has not acknowledged yet.
     pub pending_errors: u64,
     pub terminating: usize,
     pub epoch: u64,
@@ -45,7 +48,7 @@ pub struct WorkspaceRow {
     pub error: Option<ErrorRow>,
 }
 
-/// One error the control plane has not acknowledged.
+/// One failure that holds; `acknowledged` once the control plane has it.
 #[derive(Debug, Serialize, PartialEq, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorRow {
@@ -56,6 +59,7 @@ pub struct ErrorRow {
     pub first_seen: String,
     pub age_seconds: i64,
     pub message: String,
+    pub acknowledged: bool,
 }
 
 fn condition_of<'a>(
@@ -79,6 +83,7 @@ pub fn agent_status(wss: &WorkspaceSyncStatus) -> AgentStatus {
         last_full_sync: status.last_full_sync_time.map(|t| t.0.to_string()),
         next_full_sync: status.next_full_sync_time.map(|t| t.0.to_string()),
         workspaces: status.workspaces,
+        errors: status.error_count,
         pending_errors: status.pending_error_count,
         terminating: status.terminations.values().filter(|p| **p == TerminationProgress::Terminating).count(),
         epoch: status.epoch,
@@ -101,6 +106,7 @@ pub fn errors(wss: &WorkspaceSyncStatus, now: Timestamp) -> Vec<ErrorRow> {
                 .error_messages
                 .get(usize::try_from(e.message).unwrap_or(usize::MAX))
                 .map_or_else(|| "(message missing from the status)".into(), Clone::clone),
+            acknowledged: e.acknowledged,
         })
         .collect()
 }
@@ -158,9 +164,9 @@ pub fn age(seconds: i64) -> String {
 pub fn status_table(statuses: &[AgentStatus], wide: bool) -> String {
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let interval = |v: Option<u64>| v.map_or("-".into(), |s| format!("{s}s"));
-    let mut header = vec!["AGENT", "SYNCED", "REASON", "WORKSPACES", "PENDING ERRORS", "TERMINATING", "LAST FULL SYNC"];
+    let mut header = vec!["AGENT", "SYNCED", "REASON", "WORKSPACES", "ERRORS", "TERMINATING", "LAST FULL SYNC"];
     if wide {
-        header.extend(["NEXT FULL SYNC", "PARTIAL", "FULL", "PAUSED", "EPOCH", "MESSAGE"]);
+        header.extend(["NEXT FULL SYNC", "PENDING ERRORS", "PARTIAL", "FULL", "PAUSED", "EPOCH", "MESSAGE"]);
     }
     let rows: Vec<Vec<String>> = statuses
         .iter()
@@ -170,13 +176,14 @@ pub fn status_table(statuses: &[AgentStatus], wide: bool) -> String {
                 s.synced.clone(),
                 s.reason.clone(),
                 s.workspaces.to_string(),
-                s.pending_errors.to_string(),
+                s.errors.to_string(),
                 s.terminating.to_string(),
                 or_dash(&s.last_full_sync),
             ];
             if wide {
                 row.extend([
                     or_dash(&s.next_full_sync),
+                    s.pending_errors.to_string(),
                     interval(s.partial_interval_seconds),
                     interval(s.full_interval_seconds),
                     s.paused.to_string(),
@@ -214,14 +221,14 @@ pub fn workspaces_table(rows: &[WorkspaceRow], wide: bool) -> String {
 pub fn errors_table(rows: &[ErrorRow], wide: bool) -> String {
     let mut header = vec!["WORKSPACE", "TYPE", "AGE", "MESSAGE"];
     if wide {
-        header.extend(["AGENT", "VERSION", "FIRST SEEN"]);
+        header.extend(["AGENT", "VERSION", "FIRST SEEN", "ACKNOWLEDGED"]);
     }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|e| {
             let mut row = vec![e.workspace.clone(), e.error_type.clone(), age(e.age_seconds), e.message.clone()];
             if wide {
-                row.extend([e.agent.clone(), e.version.clone(), e.first_seen.clone()]);
+                row.extend([e.agent.clone(), e.version.clone(), e.first_seen.clone(), e.acknowledged.to_string()]);
             }
             row
         })

@@ -213,3 +213,25 @@ async fn a_deposed_leader_stops_its_leader_only_tasks() {
     eventually("the WorkspaceSyncStatus written again", LONG, || wss_json(env, &id).map(|_| ())).await;
     stub.wait_for("a cycle of the new term", after, LONG, |_| true).await;
 }
+
+#[test]
+fn an_address_already_in_use_is_named_by_its_flag() {
+    let env = env();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = taken.local_addr().expect("address").to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("token"), "t").expect("token");
+    for (flag, other) in [("--metrics-address", "--admin-address"), ("--admin-address", "--metrics-address")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(["agent", "--agent-id", "taken", "--control-plane-url", "http://127.0.0.1:1"])
+            .arg("--token-file")
+            .arg(dir.path().join("token"))
+            .args([flag, &taken, other, &format!("127.0.0.1:{}", free_port())])
+            .env("KUBECONFIG", &env.agent_kubeconfig)
+            .output()
+            .expect("run wsync agent");
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("{flag} {taken}")) && stderr.contains("in use"), "{flag}: {stderr}");
+    }
+}

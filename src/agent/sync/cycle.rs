@@ -10,8 +10,8 @@ use super::pod_failures::PodFailures;
 use super::workload::WorkloadFailure;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
-    ActualState, DesiredState, ErrorDetails, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress,
-    UpdateType, WorkspaceAgentInfo,
+    ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress, UpdateType,
+    WorkspaceAgentInfo,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -107,19 +107,18 @@ pub fn plan(
         entry(&mut infos, key).termination_progress = Some(progress);
     }
     let mut sent_errors = Vec::new();
-    for (key, version, failure) in ledger.errors().pending() {
-        entry(&mut infos, key).error_details =
-            Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
-        sent_errors.push((key.clone(), version));
+    for (key, held) in ledger.errors().pending() {
+        entry(&mut infos, key).error_details = Some(held.failure.details());
+        sent_errors.push((key.clone(), held.version));
     }
-    // A workload failure that still holds goes with every report of its workspace, so that
-    // a report without error_details never clears it on the control plane.
-    // A terminating workspace's Pods are going anyway.
+    // A failure that still holds, acknowledged or not, an apply's or the workload's, goes
+    // with every report of its workspace, partial or full, so that a report without
+    // error_details never clears it on the control plane. A terminating workspace's Pods and
+    // config are going anyway.
     let unexplained = |info: &WorkspaceAgentInfo| info.error_details.is_none() && info.termination_progress.is_none();
     for (key, info) in infos.iter_mut().filter(|(_, info)| unexplained(info)) {
-        if let Some(failure) = ledger.errors().workload_failure(key) {
-            info.error_details =
-                Some(ErrorDetails { error_type: failure.error_type, error_message: failure.message.clone() });
+        if let Some(held) = ledger.errors().holding(key) {
+            info.error_details = Some(held.failure.details());
         }
     }
     CyclePlan {

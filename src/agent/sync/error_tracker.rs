@@ -4,13 +4,18 @@
 //! start and stored in the ledger, so versions order applies across restarts. A result is kept
 //! only if the workspace still holds that version: an old failure never marks a healthy
 //! workspace, and an old success never clears a newer failure.
+//!
+//! A failure holds until an apply of its workspace succeeds. Once the control plane has
+//! acknowledged it, it is no longer sent as new, but it goes with every report of the
+//! workspace, partial or full, and stays in the status, so that no report, restart or full
+//! resync makes a failing workspace look healthy.
 
 use super::workspace::WorkspaceKey;
 use crate::agent::error::ApplyError;
-use crate::protocol::ErrorType;
 use crate::protocol::workload::FailureReason;
+use crate::protocol::{ErrorDetails, ErrorType};
 use jiff::Timestamp;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 pub use crate::protocol::{MAX_MESSAGE_BYTES, cap_message, cap_message_to};
@@ -50,41 +55,35 @@ pub struct Failure {
     pub workload: Option<FailureReason>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Tracked {
-    /// An apply is running. It hides an older failure, which its result will settle.
-    InFlight {
-        version: ApplyVersion,
-        after_failure: bool,
-    },
-    Failed {
-        version: ApplyVersion,
-        failure: Failure,
-    },
-    /// The control plane acknowledged the failure and shows it until the workspace is
-    /// reported without one: the next success must be reported. Kept in memory only; a
-    /// restart's full cycle reports every workspace anyway.
-    Shown,
-}
-
-/// A workload failure (`sync::workload`), tracked beside the apply's: an apply's success does
-/// not end it, only the workload's own state does. Reported once per reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct WorkloadEntry {
-    version: ApplyVersion,
-    failure: Failure,
-    /// The control plane acknowledged it.
-    shown: bool,
-}
-
-#[cfg(test)]
-impl Tracked {
-    fn version(&self) -> Option<ApplyVersion> {
-        match self {
-            Tracked::InFlight { version, .. } | Tracked::Failed { version, .. } => Some(*version),
-            Tracked::Shown => None,
-        }
+impl Failure {
+    /// The failure as a report carries it.
+    pub fn details(&self) -> ErrorDetails {
+        ErrorDetails { error_type: self.error_type, error_message: self.message.clone() }
     }
+}
+
+/// A failure that holds, under the version that produced it, and whether the control plane
+/// has acknowledged it. An acknowledged failure is no longer sent as a new error, but goes
+/// with every report of its workspace while it holds, so that no report clears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub version: ApplyVersion,
+    pub failure: Failure,
+    pub acknowledged: bool,
+}
+
+impl Held {
+    fn new(version: ApplyVersion, failure: Failure) -> Self {
+        Self { version, failure, acknowledged: false }
+    }
+}
+
+/// One workspace's applies: the latest finished apply's failure, while no later apply has
+/// succeeded, and the apply running now, whose result settles it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Applies {
+    failed: Option<Held>,
+    in_flight: Option<ApplyVersion>,
 }
 
 /// What recording a result did.
@@ -136,8 +135,10 @@ impl Recorded {
 
 #[derive(Debug, Clone, Default)]
 pub struct ErrorTracker {
-    entries: HashMap<WorkspaceKey, Tracked>,
-    workloads: HashMap<WorkspaceKey, WorkloadEntry>,
+    entries: HashMap<WorkspaceKey, Applies>,
+    /// Workload failures (`sync::workload`), tracked beside the applies': an apply's success
+    /// does not end one, only the workload's own state does. Reported once per reason.
+    workloads: HashMap<WorkspaceKey, Held>,
     epoch: u64,
     next_sequence: u64,
 }
@@ -152,19 +153,15 @@ impl ErrorTracker {
     }
 
     fn next_version(&mut self) -> ApplyVersion {
-        self.next_sequence += 1;
+        self.next_sequence = self.next_sequence.saturating_add(1);
         ApplyVersion { epoch: self.epoch, sequence: self.next_sequence }
     }
 
-    /// Start an apply: the workspace is in flight under a new version until its result arrives.
+    /// Start an apply: the workspace is in flight under a new version until its result
+    /// arrives. A failure that holds still holds meanwhile: only a success ends it.
     pub fn begin(&mut self, key: &WorkspaceKey) -> ApplyVersion {
         let version = self.next_version();
-        let after_failure = match self.entries.get(key) {
-            Some(Tracked::Failed { .. } | Tracked::Shown) => true,
-            Some(Tracked::InFlight { after_failure, .. }) => *after_failure,
-            None => false,
-        };
-        self.entries.insert(key.clone(), Tracked::InFlight { version, after_failure });
+        self.entries.entry(key.clone()).or_default().in_flight = Some(version);
         version
     }
 
@@ -176,48 +173,39 @@ impl ErrorTracker {
         result: Result<(), ApplyError>,
         now: Timestamp,
     ) -> Recorded {
-        let Some(Tracked::InFlight { version: current, after_failure }) = self.entries.get(key) else {
+        let Some(applies) = self.entries.get_mut(key).filter(|a| a.in_flight == Some(version)) else {
             return Recorded::Stale;
         };
-        if *current != version {
-            return Recorded::Stale;
-        }
-        let after_failure = *after_failure;
         match result {
-            Ok(()) => {
-                self.entries.remove(key);
-                if let Some(capacity) = crate::allocator::drained_capacity(self.entries.len(), self.entries.capacity())
-                {
-                    self.entries.shrink_to(capacity);
-                }
-                if after_failure { Recorded::Recovered } else { Recorded::Healthy }
-            }
+            Ok(()) => self.succeeded(key),
             Err(error) => {
-                let failure = Failure {
-                    error_type: error.error_type,
-                    message: cap_message(&error.message),
-                    first_seen: now,
-                    lasting: error.lasting,
-                    workload: None,
+                // The same failure again is the same episode: it keeps its first sighting.
+                let failure = failure_of(&error, now);
+                let first_seen = match &applies.failed {
+                    Some(held) if held.failure.message == failure.message => held.failure.first_seen,
+                    _ => now,
                 };
-                self.entries.insert(key.clone(), Tracked::Failed { version, failure });
+                *applies =
+                    Applies { failed: Some(Held::new(version, Failure { first_seen, ..failure })), in_flight: None };
                 Recorded::Failed
             }
         }
+    }
+
+    fn succeeded(&mut self, key: &WorkspaceKey) -> Recorded {
+        let had_failed = self.entries.remove(key).is_some_and(|applies| applies.failed.is_some());
+        if let Some(capacity) = crate::allocator::drained_capacity(self.entries.len(), self.entries.capacity()) {
+            self.entries.shrink_to(capacity);
+        }
+        if had_failed { Recorded::Recovered } else { Recorded::Healthy }
     }
 
     /// Record a failure that no apply produced (namespace or termination trouble), under a new
     /// version that supersedes anything in flight.
     pub fn fail_now(&mut self, key: &WorkspaceKey, error: &ApplyError, now: Timestamp) {
         let version = self.next_version();
-        let failure = Failure {
-            error_type: error.error_type,
-            message: cap_message(&error.message),
-            first_seen: now,
-            lasting: error.lasting,
-            workload: None,
-        };
-        self.entries.insert(key.clone(), Tracked::Failed { version, failure });
+        let failed = Some(Held::new(version, failure_of(error, now)));
+        self.entries.insert(key.clone(), Applies { failed, in_flight: None });
     }
 
     /// What the workload's state says now: a failure of `reason`, or none. Pending under a
@@ -229,7 +217,7 @@ impl ErrorTracker {
         seen: Option<(FailureReason, &str)>,
         now: Timestamp,
     ) -> Recorded {
-        let current = self.workloads.get(key).and_then(|entry| entry.failure.workload);
+        let current = self.workloads.get(key).and_then(|held| held.failure.workload);
         match (current, seen) {
             (Some(current), Some((reason, _))) if current == reason => Recorded::StillFailing,
             (_, Some((reason, message))) => {
@@ -241,7 +229,7 @@ impl ErrorTracker {
                     lasting: false,
                     workload: Some(reason),
                 };
-                self.workloads.insert(key.clone(), WorkloadEntry { version, failure, shown: false });
+                self.workloads.insert(key.clone(), Held::new(version, failure));
                 Recorded::Failed
             }
             (Some(_), None) => {
@@ -252,111 +240,86 @@ impl ErrorTracker {
         }
     }
 
-    /// The workload failure that holds for a workspace, acknowledged or not: whenever the
-    /// workspace is reported without an apply's failure, this goes as its error, so that a
-    /// report never clears a failure that still holds.
-    pub fn workload_failure(&self, key: &WorkspaceKey) -> Option<&Failure> {
-        self.workloads.get(key).map(|entry| &entry.failure)
+    /// The failure that holds for a workspace, acknowledged or not: an apply's before the
+    /// workload's. Every report of the workspace carries it, whatever the cycle, so that a
+    /// report never clears a failure that still holds (DESIGN §2, "Error tracker").
+    pub fn holding(&self, key: &WorkspaceKey) -> Option<&Held> {
+        self.entries.get(key).and_then(|applies| applies.failed.as_ref()).or_else(|| self.workloads.get(key))
     }
 
-    /// Pending failures, in a stable order: what a cycle sends as `error_details`. An apply's
-    /// failure takes the one slot before the workload's.
-    pub fn pending(&self) -> Vec<(&WorkspaceKey, ApplyVersion, &Failure)> {
-        let applies = self.entries.iter().filter_map(|(key, tracked)| match tracked {
-            Tracked::Failed { version, failure } => Some((key, *version, failure)),
-            Tracked::InFlight { .. } | Tracked::Shown => None,
-        });
-        let workloads = self
-            .workloads
-            .iter()
-            .filter(|(key, entry)| !entry.shown && !matches!(self.entries.get(*key), Some(Tracked::Failed { .. })))
-            .map(|(key, entry)| (key, entry.version, &entry.failure));
-        let mut pending: Vec<_> = applies.chain(workloads).collect();
-        pending.sort_by(|a, b| a.0.cmp(b.0));
-        pending
+    /// Every failure that holds, in a stable order: what the status keeps, so that a restart
+    /// or a full resync still knows it.
+    pub fn held(&self) -> Vec<(&WorkspaceKey, &Held)> {
+        let applies = self.entries.iter().filter_map(|(key, applies)| Some((key, applies.failed.as_ref()?)));
+        let mut held: Vec<_> = applies.chain(self.workloads.iter()).collect();
+        held.sort_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.version.cmp(&b.1.version)));
+        held
+    }
+
+    /// Failures the control plane has not acknowledged, one per workspace (the one that
+    /// holds), in a stable order: what a cycle sends as new `error_details`.
+    pub fn pending(&self) -> Vec<(&WorkspaceKey, &Held)> {
+        let keys: BTreeSet<&WorkspaceKey> = self.entries.keys().chain(self.workloads.keys()).collect();
+        keys.into_iter().filter_map(|key| Some((key, self.holding(key).filter(|held| !held.acknowledged)?))).collect()
     }
 
     pub fn pending_count(&self) -> usize {
         self.pending().len()
     }
 
-    /// The control plane has seen the failure sent under `version`: it is no longer pending,
-    /// unless a newer apply has replaced it since.
+    /// The control plane has seen the failure sent under `version`: it is no longer sent as
+    /// new, unless a newer failure has replaced it since. It still holds.
     pub fn acknowledge(&mut self, key: &WorkspaceKey, version: ApplyVersion) -> bool {
-        match self.entries.get(key) {
-            Some(Tracked::Failed { version: current, .. }) if *current == version => {
-                self.entries.insert(key.clone(), Tracked::Shown);
-                true
-            }
-            _ => match self.workloads.get_mut(key) {
-                Some(entry) if entry.version == version => {
-                    entry.shown = true;
-                    true
-                }
-                _ => false,
-            },
-        }
+        let apply = self.entries.get_mut(key).and_then(|applies| applies.failed.as_mut());
+        let held = match apply {
+            Some(held) if held.version == version => Some(held),
+            _ => self.workloads.get_mut(key).filter(|held| held.version == version),
+        };
+        held.map(|held| held.acknowledged = true).is_some()
     }
 
-    /// The failure a retry of the workspace's last apply would clear: `Some(Some(version))`
-    /// while it is pending, `Some(None)` once the control plane has been shown it, None when
-    /// nothing failed or a newer apply has begun.
-    pub fn retryable(&self, key: &WorkspaceKey) -> Option<Option<ApplyVersion>> {
-        match self.entries.get(key) {
-            Some(Tracked::Failed { version, .. }) => Some(Some(*version)),
-            Some(Tracked::Shown) => Some(None),
-            Some(Tracked::InFlight { .. }) | None => None,
-        }
+    /// The failure a retry of the workspace's last apply would settle, unless a newer apply
+    /// has begun since.
+    pub fn retryable(&self, key: &WorkspaceKey) -> Option<ApplyVersion> {
+        let applies = self.entries.get(key).filter(|applies| applies.in_flight.is_none())?;
+        applies.failed.as_ref().map(|held| held.version)
     }
 
     /// Store a retry's result, if the failure it retried (`retryable`) still stands. A retry
-    /// that fails again with the same message leaves the pending error as it was, so that
-    /// retries neither rewrite the status nor re-report the error each time.
+    /// that fails again with the same message leaves the failure as it was, so that retries
+    /// neither rewrite the status nor re-report the error each time.
     pub fn record_retry(
         &mut self,
         key: &WorkspaceKey,
-        retried: Option<ApplyVersion>,
+        retried: ApplyVersion,
         result: Result<(), ApplyError>,
         now: Timestamp,
     ) -> Recorded {
-        let previous = match (self.entries.get(key), retried) {
-            (Some(Tracked::Failed { version, failure }), Some(retried)) if *version == retried => {
-                Some(failure.message.clone())
-            }
-            (Some(Tracked::Shown), None) => None,
-            _ => return Recorded::Stale,
+        let Some(held) = self.entries.get(key).filter(|a| a.in_flight.is_none()).and_then(|a| a.failed.as_ref()) else {
+            return Recorded::Stale;
         };
+        if held.version != retried {
+            return Recorded::Stale;
+        }
         match result {
-            Ok(()) => {
-                self.entries.remove(key);
-                Recorded::Recovered
-            }
+            Ok(()) => self.succeeded(key),
+            Err(error) if cap_message(&error.message) == held.failure.message => Recorded::StillFailing,
             Err(error) => {
-                let message = cap_message(&error.message);
-                if previous.is_none_or(|p| p == message) {
-                    return Recorded::StillFailing;
-                }
                 let version = self.next_version();
-                let failure = Failure {
-                    error_type: error.error_type,
-                    message,
-                    first_seen: now,
-                    lasting: error.lasting,
-                    workload: None,
-                };
-                self.entries.insert(key.clone(), Tracked::Failed { version, failure });
+                let failed = Some(Held::new(version, failure_of(&error, now)));
+                self.entries.insert(key.clone(), Applies { failed, in_flight: None });
                 Recorded::Failed
             }
         }
     }
 
-    /// Whether the pending failure is one retrying cannot heal (`ApplyError::lasting`).
-    pub fn pending_is_lasting(&self, key: &WorkspaceKey) -> bool {
-        matches!(self.entries.get(key), Some(Tracked::Failed { failure, .. }) if failure.lasting)
+    /// Whether the failure that holds is one retrying cannot heal (`ApplyError::lasting`).
+    pub fn is_lasting(&self, key: &WorkspaceKey) -> bool {
+        self.entries.get(key).and_then(|applies| applies.failed.as_ref()).is_some_and(|held| held.failure.lasting)
     }
 
     pub fn in_flight(&self, key: &WorkspaceKey) -> bool {
-        matches!(self.entries.get(key), Some(Tracked::InFlight { .. }))
+        self.entries.get(key).is_some_and(|applies| applies.in_flight.is_some())
     }
 
     pub fn forget(&mut self, key: &WorkspaceKey) {
@@ -372,17 +335,28 @@ impl ErrorTracker {
 
     /// Load a failure from the ledger. Restored versions keep their old epoch, so any new
     /// apply (under the new epoch) supersedes them.
-    pub fn restore(&mut self, key: WorkspaceKey, version: ApplyVersion, failure: Failure) {
-        if failure.workload.is_some() {
-            self.workloads.insert(key, WorkloadEntry { version, failure, shown: false });
+    pub fn restore(&mut self, key: WorkspaceKey, held: Held) {
+        if held.failure.workload.is_some() {
+            self.workloads.insert(key, held);
         } else {
-            self.entries.insert(key, Tracked::Failed { version, failure });
+            self.entries.insert(key, Applies { failed: Some(held), in_flight: None });
         }
     }
 
     #[cfg(test)]
     fn version_of(&self, key: &WorkspaceKey) -> Option<ApplyVersion> {
-        self.entries.get(key).and_then(Tracked::version)
+        let applies = self.entries.get(key)?;
+        applies.in_flight.or(applies.failed.as_ref().map(|held| held.version))
+    }
+}
+
+fn failure_of(error: &ApplyError, now: Timestamp) -> Failure {
+    Failure {
+        error_type: error.error_type,
+        message: cap_message(&error.message),
+        first_seen: now,
+        lasting: error.lasting,
+        workload: None,
     }
 }
 

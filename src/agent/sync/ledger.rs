@@ -2,7 +2,7 @@
 //!
 //! Pure data: loading from and rendering to the CRD status, with no I/O.
 
-use super::error_tracker::{ApplyVersion, ErrorTracker, Failure};
+use super::error_tracker::{ErrorTracker, Failure, Held};
 pub use super::outcome::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::crd::{
@@ -23,8 +23,8 @@ pub const HEARTBEAT: SignedDuration = SignedDuration::from_secs(60);
 /// What the status may take (DESIGN: < 1 MiB at 10,000 workspaces; the apiserver refuses
 /// requests over 1.5 MiB). A pathological error set beyond it keeps only the newest errors.
 pub const STATUS_BUDGET_BYTES: usize = 900 * 1024;
-/// A pending error record without its workspace name and message, serialized.
-const PENDING_ERROR_RECORD_BYTES: usize = 120;
+/// An error record without its workspace name and message, serialized.
+const PENDING_ERROR_RECORD_BYTES: usize = 140;
 
 /// See `Ledger::render_key`.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,19 +76,16 @@ impl Ledger {
                 continue;
             };
             let message = status.error_messages.get(record.message as usize).cloned().unwrap_or_default();
-            errors.restore(
-                key,
-                version,
-                Failure {
-                    error_type: record.error_type,
-                    workload: (record.error_type == ErrorType::Kubernetes)
-                        .then(|| FailureReason::of_message(&message))
-                        .flatten(),
-                    message,
-                    first_seen: record.first_seen.0,
-                    lasting: false,
-                },
-            );
+            let failure = Failure {
+                error_type: record.error_type,
+                workload: (record.error_type == ErrorType::Kubernetes)
+                    .then(|| FailureReason::of_message(&message))
+                    .flatten(),
+                message,
+                first_seen: record.first_seen.0,
+                lasting: false,
+            };
+            errors.restore(key, Held { version, failure, acknowledged: record.acknowledged });
         }
         let settings =
             match (status.full_reconciliation_interval_seconds, status.partial_reconciliation_interval_seconds) {
@@ -272,11 +269,12 @@ impl Ledger {
         let mut messages: Vec<String> = Vec::new();
         let mut message_index: HashMap<&str, u32> = HashMap::new();
         let mut pending_errors = Vec::new();
-        let pending = self.errors.pending();
-        let total_pending = pending.len();
-        let kept = self.newest_within_budget(pending);
-        let truncated = kept.len() < total_pending;
-        for (key, version, failure) in kept {
+        let held = self.errors.held();
+        let total_held = held.len();
+        let kept = self.newest_within_budget(held);
+        let truncated = kept.len() < total_held;
+        for (key, held) in kept {
+            let failure = &held.failure;
             let index = *message_index.entry(failure.message.as_str()).or_insert_with(|| {
                 messages.push(failure.message.clone());
                 (messages.len() - 1) as u32
@@ -284,9 +282,10 @@ impl Ledger {
             pending_errors.push(PendingErrorRecord {
                 workspace: key.to_string(),
                 error_type: failure.error_type,
-                version: version.to_string(),
+                version: held.version.to_string(),
                 first_seen: Time(failure.first_seen),
                 message: index,
+                acknowledged: held.acknowledged,
             });
         }
         let ready = if self.outcome.ok {
@@ -300,8 +299,8 @@ impl Ledger {
         ];
         if truncated {
             let message = format!(
-                "the status holds the newest {} of {total_pending} pending errors; the others are still sent to \
-                 the control plane, but would not survive a restart",
+                "the status holds the newest {} of {total_held} errors; the others are still sent to the \
+                 control plane, but would not survive a restart",
                 pending_errors.len()
             );
             let outcome = SyncOutcome { ok: true, reason: "ErrorBudgetExceeded".into(), message };
@@ -333,7 +332,8 @@ impl Ledger {
             epoch: self.errors.epoch(),
             acknowledged: self.acknowledged.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             terminations: self.terminations.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            pending_error_count: total_pending as u64,
+            pending_error_count: self.errors.pending_count() as u64,
+            error_count: total_held as u64,
             pending_errors,
             error_messages: messages,
             workspaces: workspaces as u64,
@@ -342,22 +342,22 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// The pending errors the status can hold within its size budget, newest first kept, in
+    /// The errors the status can hold within its size budget, newest first kept, in
     /// the tracker's stable order. Sizes are estimated from the serialized form.
     fn newest_within_budget<'a>(
         &self,
-        mut pending: Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)>,
-    ) -> Vec<(&'a WorkspaceKey, ApplyVersion, &'a Failure)> {
+        mut held: Vec<(&'a WorkspaceKey, &'a Held)>,
+    ) -> Vec<(&'a WorkspaceKey, &'a Held)> {
         let key_bytes = |key: &WorkspaceKey| key.namespace().len() + key.name().len() + 8;
         let fixed = 4096
             + self.acknowledged.iter().map(|(key, rv)| key_bytes(key) + rv.len() + 4).sum::<usize>()
             + self.terminations.keys().map(|key| key_bytes(key) + 16).sum::<usize>();
         let mut left = STATUS_BUDGET_BYTES.saturating_sub(fixed);
-        pending.sort_by(|a, b| b.2.first_seen.cmp(&a.2.first_seen).then_with(|| a.0.cmp(b.0)));
+        held.sort_by(|a, b| b.1.failure.first_seen.cmp(&a.1.failure.first_seen).then_with(|| a.0.cmp(b.0)));
         let mut messages: HashSet<&str> = HashSet::new();
         let mut kept = Vec::new();
-        for entry in pending {
-            let message = entry.2.message.as_str();
+        for entry in held {
+            let message = entry.1.failure.message.as_str();
             let cost = PENDING_ERROR_RECORD_BYTES
                 + key_bytes(entry.0)
                 + if messages.contains(message) { 0 } else { message.len() + 4 };
@@ -368,7 +368,7 @@ impl Ledger {
             messages.insert(message);
             kept.push(entry);
         }
-        kept.sort_by(|a, b| a.0.cmp(b.0));
+        kept.sort_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.version.cmp(&b.1.version)));
         kept
     }
 }

@@ -27,6 +27,7 @@ fn ledger() -> WorkspaceSyncStatusStatus {
                 version: "1.4".into(),
                 first_seen: Time(at(1_000)),
                 message: 0,
+                acknowledged: false,
             },
             // A hand-edited status: the index points nowhere.
             PendingErrorRecord {
@@ -35,11 +36,13 @@ fn ledger() -> WorkspaceSyncStatusStatus {
                 version: "1.5".into(),
                 first_seen: Time(at(1_000)),
                 message: 9,
+                acknowledged: true,
             },
         ],
         error_messages: vec!["quota \u{1b}[2Jexceeded".into()],
         workspaces: 4,
-        pending_error_count: 2,
+        pending_error_count: 1,
+        error_count: 2,
         ..Default::default()
     }
 }
@@ -90,13 +93,16 @@ fn tables_align_their_columns_and_wide_adds_some() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "WORKSPACE   TYPE         AGE   MESSAGE");
     assert!(lines[1].starts_with("ns-b/b      applier      5m    quota"), "{text}");
-    assert!(errors_table(&rows, true).lines().next().is_some_and(|h| h.ends_with("AGENT   VERSION   FIRST SEEN")));
+    let wide = errors_table(&rows, true);
+    assert!(
+        wide.lines().next().is_some_and(|h| h.contains("AGENT   VERSION   FIRST SEEN") && h.ends_with("ACKNOWLEDGED"))
+    );
 }
 
 #[test]
 fn status_counts_what_the_ledger_holds() {
     let status = agent_status(&wss(ledger()));
-    assert_eq!((status.workspaces, status.pending_errors, status.terminating), (4, 2, 1));
+    assert_eq!((status.workspaces, status.errors, status.pending_errors, status.terminating), (4, 2, 1, 1));
     assert_eq!(status.synced, "Unknown", "no condition yet");
     assert_eq!(age(59), "59s");
     assert_eq!(age(3_599), "59m");

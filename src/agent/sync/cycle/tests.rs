@@ -170,7 +170,7 @@ fn errors_clear_only_under_the_sent_version() {
     settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     let pending = ledger.errors().pending();
     assert_eq!(pending.len(), 1);
-    assert_eq!(pending[0].2.message, "second");
+    assert_eq!(pending[0].1.failure.message, "second");
 
     let plan = super::plan(UpdateType::Partial, &[], &ledger, &HashSet::new());
     settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
@@ -239,7 +239,7 @@ fn full_cycle_prunes_what_nobody_knows() {
         settings: None,
     };
     prune_unknown(&mut ledger, |k| *k == in_cluster, &response);
-    let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _, _)| k.name().to_string()).collect();
+    let left: Vec<_> = ledger.errors().pending().into_iter().map(|(k, _)| k.name().to_string()).collect();
     assert_eq!(left, ["in-cluster", "returned"]);
 }
 
@@ -337,9 +337,11 @@ fn a_restored_pod_failure_waits_for_the_pod_watch() {
 
     let mut pods = PodFailures::default();
     assert!(observe_workloads(std::slice::from_ref(&d), &pods, &mut ledger, now).is_empty(), "not listed: no news");
-    assert!(ledger.errors().workload_failure(d.key()).is_some());
+    assert!(ledger.errors().holding(d.key()).is_some());
     pods.replace(Vec::new());
     let changed = observe_workloads(std::slice::from_ref(&d), &pods, &mut ledger, now);
     assert_eq!(changed.len(), 1, "listed, and no Pod fails: recovered");
     assert_eq!(changed[0].1, Recorded::Recovered);
 }
+
+mod properties;

@@ -89,7 +89,7 @@ fn identical_messages_are_stored_once_and_survive_a_restart() {
     assert_eq!(restored.errors.epoch(), status.epoch + 1);
     let pending = restored.errors.pending();
     assert_eq!(pending.len(), 3);
-    assert!(pending.iter().all(|(_, _, f)| f.message == "same template error"));
+    assert!(pending.iter().all(|(_, held)| held.failure.message == "same template error"));
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn an_unacknowledged_workload_failure_survives_a_restart_as_the_workloads() {
     let mut restored = Ledger::restore(Some(&status));
     let pending = restored.errors.pending();
     assert_eq!(pending.len(), 1, "still pending after the restart");
-    assert_eq!(pending[0].2.workload, Some(ImagePull));
+    assert_eq!(pending[0].1.failure.workload, Some(ImagePull));
     use crate::agent::sync::error_tracker::Recorded;
     assert_eq!(restored.errors_mut().observe_workload(&key, pull, at(1)), Recorded::StillFailing, "not twice");
     assert_eq!(restored.errors_mut().observe_workload(&key, None, at(2)), Recorded::Recovered, "and it can end");
