@@ -16,6 +16,7 @@ mod fault_suite;
 mod faults;
 mod gitlab_parity;
 mod helm_chart;
+mod held_errors;
 mod hostile;
 mod kubectl_plugin;
 mod leader;

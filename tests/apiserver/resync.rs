@@ -117,30 +117,6 @@ async fn hand_edits_are_repaired_by_a_full_cycle_and_partials_never_apply_half_a
     assert_eq!(get_field(env, &ns, "service/dora", "{.metadata.name}").as_deref(), Some("dora"));
 }
 
-/// A dockerconfigjson Secret in `namespace`, created or replaced.
-fn registry_secret(env: &TestEnv, namespace: &str, name: &str, password: &str) {
-    let yaml = kubectl_ok(
-        env,
-        &[
-            "-n",
-            namespace,
-            "create",
-            "secret",
-            "docker-registry",
-            name,
-            "--docker-server=registry.example.com",
-            "--docker-username=dev",
-            &format!("--docker-password={password}"),
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ],
-    );
-    let file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(file.path(), yaml).expect("write secret");
-    kubectl_ok(env, &["apply", "-f", path_str(file.path())]);
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn named_pull_secrets_are_copied_kept_in_sync_and_a_missing_one_is_a_workspace_error() {
     let env = env();

@@ -334,3 +334,27 @@ pub fn apply_failed_events(env: &TestEnv, namespace: &str, involved: &str) -> St
         &["-n", namespace, "get", "events", "--field-selector", &selector, "-o", "jsonpath={.items[*].message}"],
     )
 }
+
+/// A dockerconfigjson Secret in `namespace`, created or replaced.
+pub fn registry_secret(env: &TestEnv, namespace: &str, name: &str, password: &str) {
+    let yaml = kubectl_ok(
+        env,
+        &[
+            "-n",
+            namespace,
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            "--docker-server=registry.example.com",
+            "--docker-username=dev",
+            &format!("--docker-password={password}"),
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ],
+    );
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), yaml).expect("write secret");
+    kubectl_ok(env, &["apply", "-f", path_str(file.path())]);
+}
