@@ -321,6 +321,26 @@ fn a_workload_failure_goes_with_every_report_until_it_ends_but_never_with_a_term
     assert!(terminating.request.workspace_agent_infos[0].error_details.is_none());
 }
 
+#[test]
+fn an_acknowledged_apply_failure_goes_with_every_report_full_or_partial_and_survives_a_restart() {
+    let mut ledger = Ledger::restore(None);
+    let key = WorkspaceKey::new("ns", "ws");
+    let version = fail(&mut ledger, &key, "refused image pull secret r/s: not an allowed source");
+    ledger.errors_mut().acknowledge(&key, version);
+    let carried =
+        |plan: &CyclePlan| plan.request.workspace_agent_infos[0].error_details.clone().map(|d| d.error_message);
+    ledger.reset_for_full();
+    let full = plan(UpdateType::Full, &[deployment("ns", "ws", "7")], &ledger, &HashSet::new());
+    assert_eq!(carried(&full).as_deref(), Some("refused image pull secret r/s: not an allowed source"));
+    assert!(full.sent_errors.is_empty(), "not new: nothing to acknowledge");
+    let changed = plan(UpdateType::Partial, &[deployment("ns", "ws", "8")], &ledger, &HashSet::new());
+    assert!(carried(&changed).is_some(), "a changed Deployment's report carries it too");
+    let restarted = Ledger::restore(Some(&ledger.to_status(1, &[], Timestamp::UNIX_EPOCH)));
+    let first = plan(UpdateType::Full, &[deployment("ns", "ws", "8")], &restarted, &HashSet::new());
+    assert!(carried(&first).is_some(), "a restarted agent knows it before its first retry");
+    assert_eq!(restarted.errors().pending_count(), 0, "and knows it was acknowledged");
+}
+
 /// A restarted agent's first cycle can run before its Pod watch has listed: the failure it
 /// restored from the status is not taken for over until the Pods are known.
 #[test]
