@@ -25,8 +25,8 @@ PURE = [
     "src/agent/apply/shared_namespace.rs",
     "src/agent/apply/drift.rs",
     "src/agent/apply/drift",
-    "src/control_plane/access.rs",
-    "src/control_plane/validation.rs",
+    "src/control_plane/http/front_door.rs",
+    "src/control_plane/http/validation.rs",
     "src/control_plane/rules.rs",
     "src/control_plane/pipeline.rs",
     "src/control_plane/config_builder.rs",
@@ -90,23 +90,62 @@ def resolve(path, used, modules):
     return None
 
 
-USE = re.compile(r"\b(?:use|pub use)\s+(\w+(?:::\w+)*)")
+USE = re.compile(r"\b(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);")
+INLINE = re.compile(r"(?<![\w:])(\w+(?:::\w+)+)")
+
+
+def expand(tree):
+    """`a::{b, c::{d, self}}` -> a::b, a::c::d, a::c; aliases and globs name their prefix."""
+    tree = re.sub(r"\s+", "", tree)
+    depth, split = 0, None
+    for i, ch in enumerate(tree):
+        if ch == "{" and depth == 0:
+            split = i
+            break
+    if split is None:
+        path = re.sub(r"as\w+$", "", tree.replace("::*", ""))
+        return [path] if path else []
+    prefix, inner = tree[:split].rstrip(":"), tree[split + 1 : tree.rindex("}")]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    parts.append(inner[start:])
+    out = []
+    for part in filter(None, parts):
+        for sub in expand(part):
+            out.append(prefix if sub == "self" else f"{prefix}::{sub}" if prefix else sub)
+    return out
+
+
+def production_text(path):
+    """The file's code without comments, up to its first `#[cfg(test)]` (its tests)."""
+    lines = []
+    for line in code_lines(path):
+        if re.match(r"\s*#\[cfg\(test\)\]", line):
+            break
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def imports(path, modules):
+    """Every file `path` names: in `use` trees, braces expanded, and in paths inline, whether
+    they start at `crate`, `super`, `self` or a child module."""
+    here = module_path(path)
+    text = production_text(path)
+    named = [p for match in USE.finditer(text) for p in expand(match.group(1))]
+    rest = USE.sub("", text)
+    for match in INLINE.finditer(rest):
+        first = match.group(1).split("::")[0]
+        if first in ("crate", "super", "self") or tuple(here + [first]) in modules:
+            named.append(match.group(1))
     found = set()
-    in_tests = False
-    for line in code_lines(path):
-        if re.match(r"\s*#\[cfg\(test\)\]", line):
-            in_tests = True
-        if in_tests:
-            continue
-        uses = list(USE.finditer(line))
-        inline = [] if uses else re.finditer(r"\b(crate(?:::\w+)+)", line)
-        for match in [*uses, *inline]:
-            target = resolve(path, match.group(1), modules)
-            if target is not None and target != path:
-                found.add(target)
+    for used in named:
+        target = resolve(path, used, modules)
+        if target is not None and target != path:
+            found.add(target)
     return found
 
 
@@ -151,6 +190,8 @@ def main():
     for prefix, pattern in FORBIDDEN.items():
         problems += matching_lines(prefix, pattern, "crosses between the halves")
     for prefix in PURE:
+        if not (ROOT / prefix).exists():
+            problems.append(f"{prefix}: named as decision code, and not there")
         problems += matching_lines(prefix, NO_IO, "I/O in decision code")
     modules = files_by_module()
     graph = {path: imports(path, modules) for path in modules.values() if not is_test_file(path)}

@@ -3,7 +3,7 @@
 //! talks to. The map of the code is in docs/ARCHITECTURE.md.
 //!
 //! The two halves meet only over HTTP: `agent` and `control_plane` never import each other;
-//! both build on `protocol`, `crd`, `yaml`, `runtime`, `terminal` and `allocator`. `kubectl_plugin` (the
+//! both build on `protocol`, `crd`, `names`, `yaml`, `runtime`, `terminal` and `allocator`. `kubectl_plugin` (the
 //! `kubectl-wsync` binary) reads the cluster and imports neither.
 
 pub mod agent;
@@ -12,6 +12,7 @@ pub mod cli;
 pub mod control_plane;
 pub mod crd;
 pub mod kubectl_plugin;
+pub mod names;
 pub mod protocol;
 pub mod runtime;
 pub mod terminal;

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wsync::control_plane::api::{AdminCredential, AppState, router};
+use wsync::control_plane::http::{AdminCredential, AppState, router};
 use wsync::control_plane::model::{NewWorkspace, workspace_namespace};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;

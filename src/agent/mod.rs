@@ -252,7 +252,7 @@ pub async fn run(args: AgentArgs, log_level: LogLevelHandle) -> Result<()> {
 
 fn parse_secret_source(text: &str) -> std::result::Result<ImagePullSecret, String> {
     let (namespace, name) = text.trim().split_once('/').ok_or("expected namespace/name")?;
-    sync::answer::dns_label("namespace", namespace)?;
+    crate::names::dns_label("namespace", namespace)?;
     if name.is_empty() || name.len() > 253 || name.contains('/') {
         return Err(format!("{name:?} is not a Secret name"));
     }
@@ -289,7 +289,7 @@ fn cluster_config(args: &AgentArgs) -> ClusterConfig {
 fn check_shared_namespace(args: &AgentArgs) -> Result<()> {
     let Some(namespace) = args.shared_namespace.as_deref().filter(|n| !n.is_empty()) else { return Ok(()) };
     let refuse = |reason: String| Err(Error::SharedNamespace { namespace: namespace.to_string(), reason });
-    if let Err(reason) = sync::answer::dns_label("namespace", namespace) {
+    if let Err(reason) = crate::names::dns_label("namespace", namespace) {
         return refuse(reason);
     }
     if ApplyPolicy::new(Vec::<String>::new(), args.namespace.clone()).protected_namespace(namespace) {

@@ -180,7 +180,7 @@ impl AgentConfig {
             return Err(format!("annotations: {key:?} is not a Kubernetes annotation key"));
         }
         let runtime_class = &self.default_runtime_class;
-        if !runtime_class.is_empty() && !crate::control_plane::validation::is_dns_subdomain(runtime_class) {
+        if !runtime_class.is_empty() && !crate::names::is_dns_subdomain(runtime_class) {
             return Err(format!("default_runtime_class: {runtime_class:?} is not a RuntimeClass name"));
         }
         // GitLab's rule: escalation only where something else contains it.
@@ -210,7 +210,7 @@ impl AgentConfig {
         if namespace.is_empty() {
             return Ok(());
         }
-        if namespace.contains('.') || !crate::control_plane::validation::is_dns_subdomain(namespace) {
+        if namespace.contains('.') || !crate::names::is_dns_subdomain(namespace) {
             return Err(format!(
                 "shared_namespace: {namespace:?} must be 63 characters or less, of lowercase alphanumeric \
                  characters or '-', starting and ending with an alphanumeric character"
@@ -352,7 +352,7 @@ fn is_label_value(value: &str) -> bool {
 /// `name` or `prefix/name`, with a DNS-subdomain prefix and a label-value-shaped name.
 fn is_qualified_name(key: &str) -> bool {
     let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
-    let prefix_ok = prefix.is_empty() || crate::control_plane::validation::is_dns_subdomain(prefix);
+    let prefix_ok = prefix.is_empty() || crate::names::is_dns_subdomain(prefix);
     prefix_ok && !name.is_empty() && is_label_value(name)
 }
 

@@ -1,21 +1,14 @@
 //! The reference control plane (DESIGN §3): it plays GitLab Rails' part of the protocol.
 
-pub mod access;
 pub mod agent_config;
-pub mod agents_api;
-pub mod api;
 pub mod config_builder;
 pub mod error;
 pub mod hints;
-pub mod metrics;
+pub mod http;
 pub mod model;
-pub mod page;
 pub mod pipeline;
 pub mod rules;
-pub mod server;
 pub mod store;
-pub mod ui;
-pub mod validation;
 
 use crate::protocol::Settings;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
@@ -132,7 +125,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     };
     settings.validate().map_err(Error::Settings)?;
     let tls = match (&args.tls_cert_file, &args.tls_key_file) {
-        (Some(cert), Some(key)) => Some(server::tls_config(cert, key)?),
+        (Some(cert), Some(key)) => Some(http::server::tls_config(cert, key)?),
         _ => None,
     };
     if tls.is_none() && !args.listen.ip().is_loopback() && !args.allow_insecure_http {
@@ -142,7 +135,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         .await
         .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
     let admin = match args.admin_token_file.as_deref() {
-        Some(path) => api::AdminCredential::token(&read_token_file(path)?),
+        Some(path) => http::AdminCredential::token(&read_token_file(path)?),
         None => {
             let generated = store
                 .ensure_admin_token(args.new_admin_token)
@@ -152,12 +145,12 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
                 // On stdout, once, as `agents register` shows an agent's token; never logged.
                 println!("admin token (shown once; sign in with it, or give it to the CLI): {token}");
             }
-            api::AdminCredential::Stored
+            http::AdminCredential::Stored
         }
     };
     let file_token_hash = match &admin {
-        api::AdminCredential::File { hash } => Some(hash.as_str()),
-        api::AdminCredential::Stored => None,
+        http::AdminCredential::File { hash } => Some(hash.as_str()),
+        http::AdminCredential::Stored => None,
     };
     let signed_out = store
         .admin_credential_in_use(file_token_hash)
@@ -168,7 +161,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     }
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let mut allowed_hosts = access::loopback_hosts(args.listen);
+    let mut allowed_hosts = http::front_door::loopback_hosts(args.listen);
     allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
     let pipeline = pipeline::PipelineConfig {
         settings,
@@ -179,27 +172,27 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         },
         label_key: args.workspace_label_key.clone(),
     };
-    let state = Arc::new(api::AppState {
-        door: access::FrontDoor { allowed_hosts, scheme },
+    let state = Arc::new(http::AppState {
+        door: http::front_door::FrontDoor { allowed_hosts, scheme },
         session_ttl_ms: millis(args.session_ttl),
         metrics_token: match args.metrics_token_file.as_deref() {
             Some(path) => Some(store::hash_token(&read_token_file(path)?)),
             None => None,
         },
-        ..api::AppState::new(store, pipeline, admin)
+        ..http::AppState::new(store, pipeline, admin)
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen { address: args.listen, source })?;
     tracing::info!(listen = %args.listen, %scheme, database = %redact(&args.database_url), "control plane serving");
-    let options = server::ServeOptions {
+    let options = http::server::ServeOptions {
         tls,
         header_timeout: args.header_timeout,
         body_timeout: args.body_timeout,
         http2_idle_timeout: args.http2_idle_timeout,
         max_connections: args.max_connections,
     };
-    server::serve(listener, api::router(state), options, shutdown_signal()).await
+    http::server::serve(listener, http::router(state), options, shutdown_signal()).await
 }
 
 /// A database URL without its password, for logs.

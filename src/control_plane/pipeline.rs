@@ -7,7 +7,7 @@
 use super::config_builder::{self, WorkspaceSpec};
 use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError};
 use super::rules::{self, Lifecycle, Selection};
-use super::validation::{is_dns_subdomain, is_namespace_name};
+use crate::names::{is_dns_subdomain, is_namespace_name};
 use crate::protocol::{
     ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
 };

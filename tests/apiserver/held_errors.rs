@@ -42,7 +42,8 @@ async fn error_shown(system: &System, name: &str, words: &str) -> Value {
     eventually(&format!("{name}'s error: {words}"), LONG, || {
         let workspace = system.workspace(name);
         let message = workspace["error"]["message"].as_str()?;
-        (workspace["actual_state"] == "Error" && message.contains(words)).then(|| workspace["error"]["first_seen"].clone())
+        (workspace["actual_state"] == "Error" && message.contains(words))
+            .then(|| workspace["error"]["first_seen"].clone())
     })
     .await
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use wsync::control_plane::api::{AdminCredential, AppState, router};
+use wsync::control_plane::http::{AdminCredential, AppState, router};
 use wsync::control_plane::pipeline::PipelineConfig;
 use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;

@@ -83,8 +83,8 @@ impl Answer {
     /// Keep a parsed info if its names are valid; a later info of one workspace replaces an
     /// earlier one, so that one answer starts at most one apply per workspace.
     fn accept(&mut self, info: WorkspaceRailsInfo) {
-        let checked = dns_label("namespace", &info.namespace)
-            .and_then(|()| dns_label("name", &info.name))
+        let checked = crate::names::dns_label("namespace", &info.namespace)
+            .and_then(|()| crate::names::dns_label("name", &info.name))
             .and_then(|()| resource_version(info.deployment_resource_version.as_deref()));
         if let Err(reason) = checked {
             if let Some(key) = reportable(&info.namespace, &info.name) {
@@ -136,18 +136,6 @@ fn resource_version(version: Option<&str>) -> Result<(), String> {
         }
         _ => Ok(()),
     }
-}
-
-/// An RFC 1123 label, as Kubernetes requires of a namespace's name: at most 63 characters of
-/// `a-z`, `0-9` and `-`, starting and ending with a letter or digit.
-pub fn dns_label(what: &str, value: &str) -> Result<(), String> {
-    let bytes = value.as_bytes();
-    let edge_ok = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let valid = bytes.len() <= 63
-        && edge_ok(bytes.first())
-        && edge_ok(bytes.last())
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if valid { Ok(()) } else { Err(format!("{what} {value:?} is not a DNS label")) }
 }
 
 #[cfg(test)]
@@ -238,15 +226,5 @@ mod tests {
         assert!(decode(b"[]").is_err());
         assert!(decode(br#"{"workspace_rails_infos":{}}"#).is_err());
         assert!(decode(b"{}").is_ok());
-    }
-
-    #[test]
-    fn dns_labels() {
-        for good in ["a", "ws-1", "0a", &"a".repeat(63)] {
-            assert!(dns_label("name", good).is_ok(), "{good}");
-        }
-        for bad in ["", "-a", "a-", "A", "a_b", "a.b", "a/b", "ä", &"a".repeat(64)] {
-            assert!(dns_label("name", bad).is_err(), "{bad}");
-        }
     }
 }

@@ -29,8 +29,8 @@ impl WorkspaceKey {
     /// hand: a namespace or name that is no DNS label is no workspace.
     pub fn parse(s: &str) -> Option<Self> {
         let (namespace, name) = s.split_once('/')?;
-        let valid = |what, value| super::answer::dns_label(what, value).is_ok();
-        (valid("namespace", namespace) && valid("name", name)).then(|| Self::new(namespace, name))
+        let valid = crate::names::is_dns_label;
+        (valid(namespace) && valid(name)).then(|| Self::new(namespace, name))
     }
 
     pub fn namespace(&self) -> &str {

@@ -12,6 +12,7 @@ mod postgres;
 pub mod rows;
 mod settings;
 mod sqlite_writer;
+mod statements;
 
 use super::agent_config::AgentConfig;
 use super::model::{Agent, Clock, NewWorkspace, Workspace, workspace_namespace};
@@ -187,7 +188,7 @@ impl Store {
         // Under the agent's lock, so that two creations cannot both take the last place.
         let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, agent_id).await?;
-        let (config, _) = settings::read_settings(&mut tx, agent_id)
+        let (config, _) = statements::read_settings(&mut tx, agent_id)
             .await?
             .ok_or_else(|| StoreError::Conflict(format!("no agent {agent_id:?}")))?;
         let existing = self.alive_workspaces(&mut tx, agent_id, None).await?;
@@ -204,7 +205,7 @@ impl Store {
         let namespace = match config.shared_namespace.as_str() {
             "" => workspace_namespace(agent_id, &new.name),
             shared => {
-                settings::check_name_free_in(&mut tx, shared, &new.name).await?;
+                statements::check_name_free_in(&mut tx, shared, &new.name).await?;
                 shared.to_string()
             }
         };

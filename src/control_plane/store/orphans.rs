@@ -11,18 +11,6 @@ fn parse_state(text: &str) -> StoreResult<ActualState> {
 }
 use sqlx::Row;
 
-/// Record a report of an orphan; the first sighting is kept. SQLite's numbered parameters.
-pub(super) const SQLITE_RECORD: &str = "INSERT INTO orphans (agent_id, namespace, name, deployment_resource_version, \
-     actual_state, first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?6, ?5, ?5) ON CONFLICT (agent_id, namespace, name) \
-     DO UPDATE SET deployment_resource_version = excluded.deployment_resource_version, \
-     actual_state = excluded.actual_state, last_seen = excluded.last_seen";
-
-/// The same for PostgreSQL.
-pub(super) const POSTGRES_RECORD: &str = "INSERT INTO orphans (agent_id, namespace, name, deployment_resource_version, \
-     actual_state, first_seen, last_seen) VALUES ($1, $2, $3, $4, $6, $5, $5) ON CONFLICT (agent_id, namespace, name) \
-     DO UPDATE SET deployment_resource_version = excluded.deployment_resource_version, \
-     actual_state = excluded.actual_state, last_seen = excluded.last_seen";
-
 impl Store {
     pub async fn orphans(&self, agent_id: &str) -> StoreResult<Vec<Orphan>> {
         let rows = sqlx::query(

@@ -122,7 +122,7 @@ impl Store {
             sqlx::query(&save).bind(changes.rows).execute(&mut *tx).await?;
         }
         for orphan in &decision.orphans {
-            sqlx::query(super::orphans::POSTGRES_RECORD)
+            sqlx::query(super::statements::POSTGRES_RECORD_ORPHAN)
                 .bind(&agent.id)
                 .bind(&orphan.namespace)
                 .bind(&orphan.name)
@@ -133,7 +133,7 @@ impl Store {
                 .await?;
         }
         for error in &decision.new_errors {
-            sqlx::query(super::error_history::POSTGRES_RECORD)
+            sqlx::query(super::statements::POSTGRES_RECORD_ERROR)
                 .bind(&agent.id)
                 .bind(&error.name)
                 .bind(&error.error_type)
@@ -141,10 +141,10 @@ impl Store {
                 .bind(error.first_seen)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(super::error_history::POSTGRES_TRIM)
+            sqlx::query(super::statements::POSTGRES_TRIM_ERRORS)
                 .bind(&agent.id)
                 .bind(&error.name)
-                .bind(super::error_history::TRIM_OFFSET)
+                .bind(super::statements::TRIM_OFFSET)
                 .execute(&mut *tx)
                 .await?;
         }

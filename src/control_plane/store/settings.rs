@@ -5,44 +5,8 @@ use super::Store;
 use super::error::{StoreError, StoreResult};
 use crate::control_plane::agent_config::AgentConfig;
 use crate::protocol::{DesiredState, ImagePullSecret};
-use sqlx::Row;
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
-
-/// An agent's settings and pull secrets as the transaction sees them; None without the agent.
-pub(super) async fn read_settings(
-    tx: &mut Tx<'_>,
-    id: &str,
-) -> StoreResult<Option<(AgentConfig, Vec<ImagePullSecret>)>> {
-    let row = sqlx::query("SELECT workspaces_config, image_pull_secrets FROM agents WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let config: AgentConfig = serde_json::from_str(&row.try_get::<String, _>("workspaces_config")?)
-        .map_err(|e| StoreError::Corrupt(format!("workspaces_config: {e}")))?;
-    let secrets: Vec<ImagePullSecret> = serde_json::from_str(&row.try_get::<String, _>("image_pull_secrets")?)
-        .map_err(|e| StoreError::Corrupt(format!("image_pull_secrets: {e}")))?;
-    Ok(Some((config, secrets)))
-}
-
-/// In a shared namespace a name is unique across agents: two workspaces of one name would be
-/// one Deployment.
-pub(super) async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &str) -> StoreResult<()> {
-    let taken =
-        sqlx::query("SELECT agent_id FROM workspaces WHERE namespace = $1 AND name = $2 AND desired_state <> $3")
-            .bind(namespace)
-            .bind(name)
-            .bind(DesiredState::Terminated.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
-    match taken {
-        Some(_) => {
-            Err(StoreError::Conflict(format!("a workspace {name:?} already runs in shared namespace {namespace}")))
-        }
-        None => Ok(()),
-    }
-}
+use super::statements::{Tx, read_settings};
 
 impl Store {
     /// An agent's workspace settings; None when there is no such agent.

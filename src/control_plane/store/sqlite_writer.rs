@@ -161,7 +161,7 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
     for &i in &decision.touched {
         save.execute(rusqlite::params_from_iter(SavedRow::of(&workspaces[i]).sqlite_parameters()))?;
     }
-    let mut record = connection.prepare_cached(super::orphans::SQLITE_RECORD)?;
+    let mut record = connection.prepare_cached(super::statements::SQLITE_RECORD_ORPHAN)?;
     for orphan in &decision.orphans {
         let version = orphan.deployment_resource_version.as_deref();
         let actual = orphan.actual_state.as_str();
@@ -174,8 +174,8 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
             actual
         ])?;
     }
-    let mut record = connection.prepare_cached(super::error_history::SQLITE_RECORD)?;
-    let mut trim = connection.prepare_cached(super::error_history::SQLITE_TRIM)?;
+    let mut record = connection.prepare_cached(super::statements::SQLITE_RECORD_ERROR)?;
+    let mut trim = connection.prepare_cached(super::statements::SQLITE_TRIM_ERRORS)?;
     for error in &decision.new_errors {
         record.execute(rusqlite::params![
             job.agent.id,
@@ -184,7 +184,7 @@ fn reconcile(connection: &Connection, job: &Job) -> StoreResult<ReconcileRespons
             error.message,
             error.first_seen
         ])?;
-        trim.execute(rusqlite::params![job.agent.id, error.name, super::error_history::TRIM_OFFSET])?;
+        trim.execute(rusqlite::params![job.agent.id, error.name, super::statements::TRIM_OFFSET])?;
     }
     Ok(decision.response)
 }

@@ -1,8 +1,8 @@
 //! The server-rendered pages: sign-in, the agents, and one agent's workspaces. Every value is
 //! escaped, every form carries the session's CSRF token, and no page has a script.
 
-use super::model::{ErrorRecord, Orphan, Workspace};
 use super::validation::url_part;
+use crate::control_plane::model::{ErrorRecord, Orphan, Workspace};
 use std::fmt::Write;
 
 pub fn escape(text: &str) -> String {

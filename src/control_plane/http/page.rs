@@ -1,12 +1,12 @@
 //! The web page's routes: sign in with the admin token (a session cookie, HttpOnly and
 //! SameSite=Strict), the agents and their workspaces, and the forms behind the buttons, each
-//! with the session's CSRF token. The front door ([`super::access`]) has judged every request.
+//! with the session's CSRF token. The front door ([`super::front_door`]) has judged every request.
 
-use super::access::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
-use super::api::{ApiError, AppState, PAGE, PageQuery, exists, front_door, set_desired, settle_orphan, unauthorized};
-use super::model::Session;
-use super::store::MAX_PAGE;
+use super::front_door::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
+use super::state::{ApiError, AppState, PAGE, PageQuery, exists, front_door, set_desired, settle_orphan, unauthorized};
 use super::ui;
+use crate::control_plane::model::Session;
+use crate::control_plane::store::MAX_PAGE;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -69,7 +69,7 @@ impl FromRequestParts<Arc<AppState>> for SignedIn {
 impl SignedIn {
     /// The form's CSRF token against the session's, compared in constant time.
     fn check(&self, csrf: &str) -> Result<(), ApiError> {
-        if super::store::same_secret(&self.0.csrf_token, csrf) {
+        if crate::control_plane::store::same_secret(&self.0.csrf_token, csrf) {
             Ok(())
         } else {
             Err(ApiError(

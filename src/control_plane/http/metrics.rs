@@ -3,7 +3,7 @@
 //! every ten seconds however often it is scraped. The agent label takes only authenticated
 //! agents' ids, so its values are bounded by the agents registered.
 
-use super::store::{Store, StoreResult};
+use crate::control_plane::store::{Store, StoreResult};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

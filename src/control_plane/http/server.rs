@@ -4,7 +4,7 @@
 //! bounded by the header timeout, a body timeout, a bound on open connections, and graceful
 //! shutdown. axum's own `serve` offers none of these knobs.
 
-use super::error::Error;
+use crate::control_plane::error::Error;
 use crate::runtime::LockExt;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

@@ -31,18 +31,13 @@ pub fn is_owner_name(s: &str) -> bool {
     (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
+/// An agent's id or a workspace's name: a DNS label short enough that the namespace made of
+/// both (`wsync-<agent>-<name>`) is one too.
 pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 40
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    s.len() <= 40 && crate::names::is_dns_label(s)
 }
 
-/// A namespace's name: one DNS label.
-pub fn is_namespace_name(s: &str) -> bool {
-    !s.contains('.') && is_dns_subdomain(s)
-}
+pub use crate::names::{is_dns_subdomain, is_namespace_name};
 
 /// One part of a URL's path or query, percent-encoded: a name can never add a `/`, `?`, `#`
 /// or `&` to the link it is part of, and the result needs no HTML escaping.
@@ -50,16 +45,6 @@ pub fn url_part(s: &str) -> String {
     const UNRESERVED: &percent_encoding::AsciiSet =
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
     percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
-}
-
-pub fn is_dns_subdomain(s: &str) -> bool {
-    let label = |l: &str| {
-        (1..=63).contains(&l.len())
-            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    s.len() <= 253 && s.split('.').all(label)
 }
 
 pub fn desired_for_action(action: &str) -> Option<DesiredState> {

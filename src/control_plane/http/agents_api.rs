@@ -1,9 +1,9 @@
 //! The JSON API for agents: register, tokens (rotate, revoke), image pull secrets, and
 //! GitLab's workspace settings. Behind the front door and the admin token, as all of `api`.
 
-use super::agent_config::AgentConfig;
-use super::api::{Admin, ApiResult, AppState, bad_request, no_agent, parse};
+use super::state::{Admin, ApiResult, AppState, bad_request, no_agent, parse};
 use super::validation::{is_dns_label, validate_pull_secrets};
+use crate::control_plane::agent_config::AgentConfig;
 use crate::protocol::ImagePullSecret;
 use axum::body::Bytes;
 use axum::extract::{Path, State};

@@ -1,0 +1,212 @@
+//! What the web layer's routes share, below them all: the state, the error answer, who is
+//! asking (an agent, the admin), the front door's middleware, and the actions both the JSON
+//! API and the page take.
+
+use super::front_door::{FrontDoor, Route};
+use super::validation::desired_for_action;
+use crate::control_plane::model::{Agent, OrphanFate, Workspace};
+use crate::control_plane::pipeline::PipelineConfig;
+use crate::control_plane::store::{Store, StoreError, hash_token, same_secret};
+use crate::protocol::ErrorBody;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+/// Who may use the management API and sign in to the page.
+#[derive(Debug, Clone)]
+pub enum AdminCredential {
+    /// The token in `--admin-token-file`, as its SHA-256.
+    File { hash: String },
+    /// The token generated on first start and stored, hashed, in the database.
+    Stored,
+}
+
+impl AdminCredential {
+    pub fn token(token: &str) -> Self {
+        Self::File { hash: hash_token(token) }
+    }
+}
+
+pub struct AppState {
+    pub store: Store,
+    pub pipeline: PipelineConfig,
+    pub admin: AdminCredential,
+    pub door: FrontDoor,
+    /// How long a page session lasts.
+    pub session_ttl_ms: i64,
+    pub reconcile_path: String,
+    pub prerequisites_path: String,
+    pub metrics: super::metrics::Metrics,
+    /// The SHA-256 of the token `/metrics` wants; None serves no metrics.
+    pub metrics_token: Option<String>,
+}
+
+impl AppState {
+    /// A state on the protocol's standard paths, with a 12-hour session, answering to any Host.
+    pub fn new(store: Store, pipeline: PipelineConfig, admin: AdminCredential) -> Self {
+        Self {
+            store,
+            pipeline,
+            admin,
+            door: FrontDoor { allowed_hosts: Vec::new(), scheme: "http" },
+            session_ttl_ms: 12 * 3_600_000,
+            reconcile_path: crate::protocol::RECONCILE_PATH.into(),
+            prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
+            metrics: super::metrics::Metrics::default(),
+            metrics_token: None,
+        }
+    }
+
+    /// Whether `token` is the admin token.
+    pub async fn is_admin(&self, token: &str) -> Result<bool, ApiError> {
+        Ok(match &self.admin {
+            AdminCredential::File { hash } => same_secret(hash, &hash_token(token)),
+            AdminCredential::Stored => self.store.is_admin_token(token).await?,
+        })
+    }
+}
+
+/// The largest body of a management request or a page form.
+pub const MAX_MANAGEMENT_BODY_BYTES: usize = 64 * 1024;
+
+pub const API: u8 = 0;
+pub const PAGE: u8 = 1;
+
+/// The front door ([`FrontDoor::judge`]) for a router of one [`Route`] kind.
+pub async fn front_door<const ROUTE: u8>(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = if ROUTE == PAGE { Route::Page } else { Route::Api };
+    let authority = request.uri().authority().map(|a| a.as_str());
+    match state.door.judge(route, request.method(), authority, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            tracing::info!(method = %request.method(), path = %request.uri().path(), ?refusal, "refused at the front door");
+            ApiError(refusal.status(), refusal.message().into()).into_response()
+        }
+    }
+}
+
+/// An error answer: its status and `{"error": …}`.
+pub struct ApiError(pub StatusCode, pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(message) => ApiError(StatusCode::CONFLICT, message),
+            // Transient for the caller, who retries; /healthz names the cause.
+            StoreError::Writer(reason) => {
+                tracing::error!(%reason, "the database writer failed");
+                ApiError(StatusCode::SERVICE_UNAVAILABLE, "the database writer is unavailable; retry".into())
+            }
+            other => {
+                tracing::error!(error = %other, "store failure");
+                ApiError(StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+            }
+        }
+    }
+}
+
+pub type ApiResult = Result<Response, ApiError>;
+
+pub fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, message.into())
+}
+
+pub fn not_found(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, message.into())
+}
+
+pub fn no_agent(agent: &str) -> ApiError {
+    not_found(format!("no agent {agent:?}"))
+}
+
+pub fn unauthorized() -> ApiError {
+    ApiError(StatusCode::UNAUTHORIZED, "unauthorized".into())
+}
+
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid payload: {e}")))
+}
+
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get("authorization")?.to_str().ok()?.strip_prefix("Bearer ")
+}
+
+/// 401 for a missing or unknown token, the same either way: it never says whether an agent exists.
+pub async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result<Agent, ApiError> {
+    let token = bearer(headers).ok_or_else(unauthorized)?;
+    state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
+}
+
+/// The JSON API's admin check: a Bearer token, never the page's cookie.
+async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = bearer(headers).ok_or_else(unauthorized)?;
+    if state.is_admin(given).await? { Ok(()) } else { Err(unauthorized()) }
+}
+
+/// A request the admin token authorizes: a handler that takes it runs only for the admin, and
+/// its body, extracted after it, is read only then.
+pub struct Admin;
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        authorize_admin(state, &parts.headers).await.map(|()| Admin)
+    }
+}
+
+pub async fn exists(state: &AppState, agent: &str) -> Result<(), ApiError> {
+    if state.store.agent_exists(agent).await? { Ok(()) } else { Err(no_agent(agent)) }
+}
+
+/// `?after=<name>&limit=<n>`: one page of workspaces in name order.
+#[derive(serde::Deserialize, Default)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub after: String,
+    pub limit: Option<usize>,
+}
+
+/// Set a workspace's desired state by an action's name; the caller has authorized it.
+pub async fn set_desired(
+    state: &AppState,
+    (agent, name, action): (String, String, String),
+) -> Result<Workspace, ApiError> {
+    let desired = desired_for_action(&action)
+        .ok_or_else(|| not_found(format!("unknown action {action:?}; use start, stop, restart or terminate")))?;
+    let workspace = state.store.set_desired(&agent, &name, desired).await?;
+    workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))
+}
+
+/// `adopt` (with the image it runs, which the agent's report does not carry) or `terminate`;
+/// the caller has authorized it.
+pub async fn settle_orphan(
+    state: &AppState,
+    (agent, namespace, name, action): (String, String, String, String),
+    image: String,
+) -> Result<Workspace, ApiError> {
+    exists(state, &agent).await?;
+    let fate = match action.as_str() {
+        "adopt" if image.trim().is_empty() => return Err(bad_request("adopting needs the image the workspace runs")),
+        "adopt" => OrphanFate::Adopt { image: image.trim().to_string() },
+        "terminate" => OrphanFate::Terminate,
+        _ => return Err(not_found(format!("unknown action {action:?}; use adopt or terminate"))),
+    };
+    let workspace = state.store.settle_orphan(&agent, &namespace, &name, fate).await?;
+    workspace.ok_or_else(|| not_found(format!("no orphan {namespace}/{name} for agent {agent:?}")))
+}
