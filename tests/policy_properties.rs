@@ -7,7 +7,8 @@ use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use proptest::prelude::*;
 use serde_json::Value;
-use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+use wsync::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
+use wsync::agent::policy::plan::{ApplyPolicy, plan};
 use wsync::yaml::{MAX_CONFIG_BYTES, parse_objects};
 
 const WORKSPACE: &str = "ws-ns";

@@ -104,9 +104,10 @@ fn prerequisites_ignore_unknown_fields() {
 /// control plane builds, the agent's default apply policy takes whole.
 #[test]
 fn the_control_planes_config_passes_the_agents_apply_policy() {
-    use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
-    use wsync::control_plane::agent_config::AgentConfig;
-    use wsync::control_plane::config_builder::{Resources, WorkspaceSpec, build};
+    use wsync::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
+    use wsync::agent::policy::plan::{ApplyPolicy, plan};
+    use wsync::control_plane::decisions::agent_config::AgentConfig;
+    use wsync::control_plane::decisions::config_builder::{Resources, WorkspaceSpec, build};
     let spec = WorkspaceSpec {
         name: "alice".into(),
         namespace: "wsync-1-alice".into(),

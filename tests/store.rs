@@ -6,9 +6,9 @@ use serde_json::json;
 #[path = "support/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
+use wsync::control_plane::decisions::pipeline::PipelineConfig;
+use wsync::control_plane::decisions::rules::Lifecycle;
 use wsync::control_plane::model::NewWorkspace;
-use wsync::control_plane::pipeline::PipelineConfig;
-use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::{Store, StoreError};
 use wsync::protocol::*;
 

@@ -9,9 +9,9 @@ mod postgres;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use wsync::control_plane::decisions::pipeline::PipelineConfig;
+use wsync::control_plane::decisions::rules::Lifecycle;
 use wsync::control_plane::model::{Clock, NewWorkspace, workspace_namespace};
-use wsync::control_plane::pipeline::PipelineConfig;
-use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
 use wsync::protocol::*;
 

@@ -15,8 +15,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wsync::agent::apply::plan::with_members;
-use wsync::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS, plan};
+use wsync::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
+use wsync::agent::policy::plan::with_members;
+use wsync::agent::policy::plan::{ApplyPolicy, plan};
 use wsync::protocol::{
     ActualState, DeploymentInfo, DesiredState, ReconcileRequest, ReconcileResponse, Settings, UpdateType,
     WorkspaceAgentInfo, WorkspaceRailsInfo,

@@ -4,10 +4,10 @@
 //! is retried with its config, backing off from 1 s to the partial interval, until it
 //! succeeds or a newer intent replaces it.
 
-use super::apply::drift::LiveObjects;
 use super::context::Context;
 use super::error::ApplyError;
 use super::metrics::{ReasonLabel, ResultLabel};
+use super::policy::drift::LiveObjects;
 use super::sync::backoff::Backoff;
 use super::sync::cycle::WorkspaceAction;
 use super::sync::error_tracker::{ApplyVersion, FollowUp, Recorded};

@@ -96,10 +96,10 @@ pub enum AgentsCommand {
     },
 }
 
-fn read_agent_config(path: &std::path::Path) -> Result<crate::control_plane::agent_config::AgentConfig> {
+fn read_agent_config(path: &std::path::Path) -> Result<crate::control_plane::decisions::agent_config::AgentConfig> {
     let unreadable = |reason: String| Error::AgentConfig { path: path.to_path_buf(), reason };
     let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
-    crate::control_plane::agent_config::AgentConfig::parse(&text).map_err(unreadable)
+    crate::control_plane::decisions::agent_config::AgentConfig::parse(&text).map_err(unreadable)
 }
 
 fn parse_pull_secrets(secrets: &[String]) -> Result<Vec<ImagePullSecret>> {

@@ -62,7 +62,7 @@ mod tests {
                 desired_state: DesiredState::Running,
             }),
             created_at: 0,
-            agent_config: crate::control_plane::agent_config::AgentConfig::before_settings().into(),
+            agent_config: crate::control_plane::decisions::agent_config::AgentConfig::before_settings().into(),
             owner: None,
         };
         let out = table(&[workspace], 0);

@@ -1,13 +1,9 @@
 //! The reference control plane (DESIGN §3): it plays GitLab Rails' part of the protocol.
 
-pub mod agent_config;
-pub mod config_builder;
+pub mod decisions;
 pub mod error;
-pub mod hints;
 pub mod http;
 pub mod model;
-pub mod pipeline;
-pub mod rules;
 pub mod store;
 
 use crate::protocol::Settings;
@@ -163,9 +159,9 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut allowed_hosts = http::front_door::loopback_hosts(args.listen);
     allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
-    let pipeline = pipeline::PipelineConfig {
+    let pipeline = decisions::pipeline::PipelineConfig {
         settings,
-        lifecycle: rules::Lifecycle {
+        lifecycle: decisions::rules::Lifecycle {
             max_running_ms: millis(args.max_running),
             max_stopped_ms: millis(args.max_stopped),
             max_terminated_percent: args.lifecycle_max_terminated_percent,

@@ -31,20 +31,20 @@ pub struct Workspace {
     /// The agent's settings when this workspace was created: what its config is built from.
     /// Shared: an agent's workspaces nearly always hold the same settings.
     #[serde(default = "settings_before_they_existed")]
-    pub agent_config: std::sync::Arc<crate::control_plane::agent_config::AgentConfig>,
+    pub agent_config: std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig>,
     /// Whose it is (GitLab's user), for `workspaces_per_user_quota`.
     #[serde(default)]
     pub owner: Option<String>,
 }
 
-fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::agent_config::AgentConfig> {
-    crate::control_plane::agent_config::AgentConfig::before_settings().into()
+fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig> {
+    crate::control_plane::decisions::agent_config::AgentConfig::before_settings().into()
 }
 
 impl WorkspaceError {
     /// What to do about it, when the table in `hints` knows.
     pub fn hint(&self) -> Option<&'static str> {
-        super::hints::hint(&self.error_type, &self.message)
+        super::decisions::hints::hint(&self.error_type, &self.message)
     }
 }
 

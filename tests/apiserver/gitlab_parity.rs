@@ -44,7 +44,8 @@ async fn a_workspace_as_gitlab_generates_it_is_applied_whole_and_runs() {
             r.request.workspace_agent_infos.iter().any(|info| {
                 info.name == name
                     && info.error_details.is_none()
-                    && wsync::control_plane::rules::actual_state(info) == wsync::protocol::ActualState::Running
+                    && wsync::control_plane::decisions::rules::actual_state(info)
+                        == wsync::protocol::ActualState::Running
             })
         })
         .await;

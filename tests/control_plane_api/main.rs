@@ -2,9 +2,9 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
+use wsync::control_plane::decisions::pipeline::PipelineConfig;
+use wsync::control_plane::decisions::rules::Lifecycle;
 use wsync::control_plane::http::{AdminCredential, AppState, router};
-use wsync::control_plane::pipeline::PipelineConfig;
-use wsync::control_plane::rules::Lifecycle;
 use wsync::control_plane::store::Store;
 use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
 

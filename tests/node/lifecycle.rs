@@ -71,7 +71,7 @@ async fn real_failures_say_why() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_that_never_gets_ready_fails_at_its_progress_deadline() {
     use crate::support::stub::{Script, StubControlPlane};
-    use wsync::control_plane::rules::actual_state;
+    use wsync::control_plane::decisions::rules::actual_state;
     use wsync::protocol::ActualState;
     if !node_up() {
         return;

@@ -5,12 +5,12 @@
 use super::cache::{ApplyCache, LiveInventory, OwnNamespace};
 pub use super::guarded::Ownership;
 use super::guarded::{Tested, delete_if_annotated, test_annotation};
-use super::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
-use super::shared_namespace::WORKSPACE_LABEL;
 use crate::agent::error::{ApplyError, api_message};
-use crate::agent::k8s::partial::{InventoryConfigMap, WorkspaceNamespace};
 use crate::agent::k8s::watch::{Followed, follow};
 use crate::agent::k8s::{ClusterConfig, is_status};
+use crate::agent::objects::{InventoryConfigMap, WorkspaceNamespace};
+use crate::agent::policy::pull_secrets::{COPIED_ANNOTATION, SOURCE_ANNOTATION, source_ref};
+use crate::agent::policy::shared_namespace::WORKSPACE_LABEL;
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, MemberRef, OWNING_INVENTORY_ANNOTATION};
 use crate::runtime::LockExt;

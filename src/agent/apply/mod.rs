@@ -8,31 +8,24 @@
 
 pub mod api_calls;
 pub mod cache;
-pub mod defaults;
-pub mod drift;
-pub mod field_policy;
 mod guarded;
 mod namespace_rule;
-pub mod plan;
-pub mod pod_security;
-pub mod pull_secrets;
-pub mod shared_namespace;
 mod termination;
 
 use crate::agent::error::{ApplyError, api_message};
 use crate::agent::k8s::ClusterConfig;
+use crate::agent::policy::drift::LiveObjects;
+use crate::agent::policy::plan::{ApplyPolicy, InventoryApply};
+use crate::agent::policy::pull_secrets::CopyTracker;
+use crate::agent::policy::shared_namespace::WORKSPACE_LABEL;
 use crate::agent::sync::workspace::WorkspaceKey;
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::MemberRef;
 use crate::runtime::LockExt;
 use api_calls::{ApiCalls, KindQuery, Ownership};
 use cache::LiveInventory;
-use drift::LiveObjects;
 use kube::api::DynamicObject;
 use kube::discovery::Scope;
-use plan::{ApplyPolicy, InventoryApply};
-use pull_secrets::CopyTracker;
-use shared_namespace::WORKSPACE_LABEL;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
@@ -41,16 +34,6 @@ pub struct Applier {
     policy: ApplyPolicy,
     /// Who holds a copy of which image pull secret, to copy it again when it changes.
     copies: Mutex<CopyTracker>,
-}
-
-/// Whose a workspace namespace is. One the agent neither created nor labelled is refused.
-pub(super) enum Namespace {
-    Missing,
-    /// With the pull secrets copied into it, and whether its Pod Security labels are current.
-    Ours {
-        copied: BTreeSet<ImagePullSecret>,
-        labels_current: bool,
-    },
 }
 
 impl Applier {
@@ -76,7 +59,7 @@ impl Applier {
         mode.check_workspace(key).map_err(ApplyError::refused)?;
         let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::refused(e.to_string()))?;
         let scopes = self.resolve_scopes(&objects).await.map_err(ApplyError::applier)?;
-        let mut inventories = plan::plan(objects, key.namespace(), &self.policy, |gvk| {
+        let mut inventories = crate::agent::policy::plan::plan(objects, key.namespace(), &self.policy, |gvk| {
             scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)
         })
         .map_err(ApplyError::refused)?;
@@ -97,8 +80,8 @@ impl Applier {
                 Vec::new()
             }
             None => {
-                let copy_plan =
-                    pull_secrets::plan_copies(pull_secrets, &BTreeSet::new()).map_err(ApplyError::refused)?;
+                let copy_plan = crate::agent::policy::pull_secrets::plan_copies(pull_secrets, &BTreeSet::new())
+                    .map_err(ApplyError::refused)?;
                 let copied = self.ensure_own_namespace(key.namespace()).await?;
                 // Before the config, so that the first Pod can pull its image.
                 self.sync_pull_secrets(key.namespace(), &copy_plan.wanted, &copied).await?
@@ -150,7 +133,7 @@ impl Applier {
                 };
                 match copied {
                     Ok(()) => {
-                        tracing::info!(source = %pull_secrets::source_ref(&source), namespace = %key.namespace(), "copied a changed image pull secret again")
+                        tracing::info!(source = %crate::agent::policy::pull_secrets::source_ref(&source), namespace = %key.namespace(), "copied a changed image pull secret again")
                     }
                     Err(error) => failed.push((key, error)),
                 }
@@ -197,7 +180,7 @@ impl Applier {
         copied: &BTreeSet<ImagePullSecret>,
     ) -> Result<Vec<(ImagePullSecret, Option<String>)>, ApplyError> {
         let wanted: Vec<ImagePullSecret> = wanted.iter().cloned().collect();
-        let plan = pull_secrets::plan_copies(&wanted, copied).map_err(ApplyError::kubernetes)?;
+        let plan = crate::agent::policy::pull_secrets::plan_copies(&wanted, copied).map_err(ApplyError::kubernetes)?;
         let mut done = Vec::new();
         for source in &wanted {
             let secret = self.calls.fetch_pull_secret(source).await?.ok_or_else(|| missing_pull_secret(source))?;
@@ -207,9 +190,10 @@ impl Applier {
         }
         self.delete_copies(namespace, &plan.delete).await?;
         if plan.changes_record(copied) {
-            let record = Some(pull_secrets::render_copied(&plan.wanted)).filter(|r| !r.is_empty());
+            let record =
+                Some(crate::agent::policy::pull_secrets::render_copied(&plan.wanted)).filter(|r| !r.is_empty());
             self.calls
-                .annotate_namespace(namespace, pull_secrets::COPIED_ANNOTATION, record.as_deref())
+                .annotate_namespace(namespace, crate::agent::policy::pull_secrets::COPIED_ANNOTATION, record.as_deref())
                 .await
                 .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
         }
@@ -227,7 +211,11 @@ impl Applier {
 
     /// A refused apply still removes the copies of sources the operator no longer allows.
     async fn delete_disallowed_copies(&self, namespace: &str) -> Result<(), ApplyError> {
-        let Namespace::Ours { copied, .. } = self.namespace_ownership(namespace).await? else { return Ok(()) };
+        let crate::agent::policy::namespace_rule::Namespace::Ours { copied, .. } =
+            self.namespace_ownership(namespace).await?
+        else {
+            return Ok(());
+        };
         let (kept, disallowed): (BTreeSet<_>, BTreeSet<_>) =
             copied.into_iter().partition(|source| self.policy.allows_pull_secret(source));
         let disallowed: Vec<_> = disallowed.into_iter().collect();
@@ -235,9 +223,9 @@ impl Applier {
             return Ok(());
         }
         self.delete_copies(namespace, &disallowed).await?;
-        let record = Some(pull_secrets::render_copied(&kept)).filter(|r| !r.is_empty());
+        let record = Some(crate::agent::policy::pull_secrets::render_copied(&kept)).filter(|r| !r.is_empty());
         self.calls
-            .annotate_namespace(namespace, pull_secrets::COPIED_ANNOTATION, record.as_deref())
+            .annotate_namespace(namespace, crate::agent::policy::pull_secrets::COPIED_ANNOTATION, record.as_deref())
             .await
             .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))
     }
@@ -261,7 +249,7 @@ impl Applier {
             mode.check_inventory_owner(&name, live.workspace.as_deref(), key).map_err(ApplyError::refused)?;
         }
         let listed = live.map(|live| live.members).unwrap_or_default();
-        let (old, dropped) = plan::prunable(listed, &inventory.inventory, &self.policy);
+        let (old, dropped) = crate::agent::policy::plan::prunable(listed, &inventory.inventory, &self.policy);
         for member in &dropped {
             tracing::warn!(object = %member, inventory = %inventory.id, "dropping a member the inventory may not hold; it is never pruned");
         }
@@ -286,7 +274,7 @@ impl Applier {
         }
         let union: BTreeSet<MemberRef> = old.union(&new).cloned().collect();
 
-        let with_union = plan::with_members(&inventory.inventory, &union);
+        let with_union = crate::agent::policy::plan::with_members(&inventory.inventory, &union);
         let mut written = self.apply_unless_in_sync(&with_union, &namespace, live_objects).await.map_err(applier)?;
         crate::runtime::failpoint::hit("after-inventory-write");
         for (_, member) in &inventory.members {
@@ -298,7 +286,7 @@ impl Applier {
             }
         }
         if union != new {
-            let with_new = plan::with_members(&inventory.inventory, &new);
+            let with_new = crate::agent::policy::plan::with_members(&inventory.inventory, &new);
             written =
                 self.apply_unless_in_sync(&with_new, &namespace, live_objects).await.map_err(applier)?.or(written);
         }
@@ -330,5 +318,8 @@ impl Applier {
 }
 
 fn missing_pull_secret(source: &ImagePullSecret) -> ApplyError {
-    ApplyError::kubernetes(format!("image pull secret {} does not exist", pull_secrets::source_ref(source)))
+    ApplyError::kubernetes(format!(
+        "image pull secret {} does not exist",
+        crate::agent::policy::pull_secrets::source_ref(source)
+    ))
 }

@@ -1,9 +1,10 @@
-//! The namespace rule (DESIGN §2, "Trust": where): the agent writes only in a namespace it
-//! created or that carries its label, never a protected one, judged on what the cluster holds
-//! when the write is decided.
+//! The namespace rule's reads (DESIGN §2, "Trust": where): what the cluster holds of a
+//! namespace when a write is decided, judged by `policy::namespace_rule`.
 
-use super::{Applier, Namespace, pull_secrets};
+use super::Applier;
 use crate::agent::error::{ApplyError, api_message};
+use crate::agent::policy::namespace_rule::{Found, Namespace, judge};
+use crate::agent::policy::pull_secrets;
 use crate::protocol::ImagePullSecret;
 use std::collections::BTreeSet;
 
@@ -15,8 +16,8 @@ impl Applier {
             return Err(ApplyError::kubernetes(format!("refused: namespace {namespace} is protected")));
         }
         if let Some(record) = self.calls.cached_own_namespace(namespace) {
-            let copied = pull_secrets::parse_copied(record.copied.as_deref());
-            return Ok(Namespace::Ours { copied, labels_current: record.labels_current });
+            let found = Found { ours: true, copied: record.copied.as_deref(), labels_current: record.labels_current };
+            return judge(namespace, Some(found), "").map_err(ApplyError::kubernetes);
         }
         let meta = self
             .calls
@@ -24,18 +25,13 @@ impl Applier {
             .await
             .map_err(|e| ApplyError::kubernetes(format!("namespace {namespace}: {}", api_message(&e))))?;
         let config = self.calls.config();
-        match meta {
-            None => Ok(Namespace::Missing),
-            Some(meta) if config.is_ours(&meta) => {
-                let record = meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION));
-                let copied = pull_secrets::parse_copied(record.map(String::as_str));
-                Ok(Namespace::Ours { copied, labels_current: config.pod_security_labels_current(&meta) })
-            }
-            Some(_) => Err(ApplyError::kubernetes(format!(
-                "refused: namespace {namespace} exists and is not labelled {}={}",
-                config.workspace_label_key, config.agent_id
-            ))),
-        }
+        let found = meta.as_ref().map(|meta| Found {
+            ours: config.is_ours(meta),
+            copied: meta.annotations.as_ref().and_then(|a| a.get(pull_secrets::COPIED_ANNOTATION)).map(String::as_str),
+            labels_current: config.pod_security_labels_current(meta),
+        });
+        let label = format!("{}={}", config.workspace_label_key, config.agent_id);
+        judge(namespace, found, &label).map_err(ApplyError::kubernetes)
     }
 
     /// The namespace rule for a write decided long after the workspace's apply (a pull secret

@@ -2,8 +2,10 @@
 //! shared namespace, every member of the workspace's inventories is pruned, then the
 //! inventories, and the workspace is gone once none of its inventories is left.
 
-use super::{Applier, Namespace, plan};
+use super::Applier;
 use crate::agent::error::{ApplyError, api_message};
+use crate::agent::policy::namespace_rule::Namespace;
+use crate::agent::policy::plan;
 use crate::agent::sync::workspace::WorkspaceKey;
 
 impl Applier {

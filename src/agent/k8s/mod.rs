@@ -4,13 +4,12 @@
 pub mod events;
 pub mod lease;
 pub mod ledger_object;
-pub mod partial;
 pub mod pods;
 pub mod watch;
 pub mod workspaces;
 
-use crate::agent::apply::pod_security::PodSecurityLevel;
-use crate::agent::apply::shared_namespace::NamespaceMode;
+use crate::agent::policy::pod_security::PodSecurityLevel;
+use crate::agent::policy::shared_namespace::NamespaceMode;
 use kube::Client;
 use kube::api::ObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};

@@ -3,8 +3,8 @@
 //! that the next cycle observes it.
 
 use super::Cluster;
-use super::partial::WorkspacePod;
 use super::watch::{Followed, follow};
+use crate::agent::objects::WorkspacePod;
 use crate::agent::sync::index::SharedIndex;
 use crate::agent::sync::pod_failures::{PodFailure, PodFailures, from_pod, owning_deployment};
 use crate::agent::sync::workspace::WorkspaceKey;

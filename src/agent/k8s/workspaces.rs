@@ -2,8 +2,8 @@
 //! a GET to read one again, and what holds a terminating workspace's namespace.
 
 use super::Cluster;
-use super::partial::WorkspaceDeployment;
 use super::watch::{Followed, follow};
+use crate::agent::objects::WorkspaceDeployment;
 use crate::agent::sync::index::SharedIndex;
 use crate::agent::sync::workspace::{DeploymentProjection, WorkspaceKey};
 use k8s_openapi::api::core::v1::Namespace;

@@ -1,7 +1,7 @@
 //! What the agent knows about one workspace's Deployment: a small projection, not the object.
 
 use super::workload::WorkloadFailure;
-use crate::agent::k8s::partial::WorkspaceDeployment;
+use crate::agent::objects::WorkspaceDeployment;
 use crate::protocol::DeploymentInfo;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DeploymentStatus;
@@ -192,7 +192,7 @@ pub fn is_older(candidate: &str, current: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::k8s::partial::ReplicasOnly;
+    use crate::agent::objects::ReplicasOnly;
     use kube::api::ObjectMeta;
 
     #[test]

@@ -6,8 +6,8 @@
 use super::state::{
     ApiError, ApiResult, AppState, authenticate_agent, bad_request, bearer, not_found, parse, unauthorized,
 };
+use crate::control_plane::decisions::pipeline;
 use crate::control_plane::model::Agent;
-use crate::control_plane::pipeline;
 use crate::control_plane::store::{hash_token, same_secret};
 use crate::protocol::{MAX_RECONCILE_BODY_BYTES, Prerequisites, ReconcileRequest};
 use axum::extract::State;

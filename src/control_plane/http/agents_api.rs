@@ -3,7 +3,7 @@
 
 use super::state::{Admin, ApiResult, AppState, bad_request, no_agent, parse};
 use super::validation::{is_dns_label, validate_pull_secrets};
-use crate::control_plane::agent_config::AgentConfig;
+use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::protocol::ImagePullSecret;
 use axum::body::Bytes;
 use axum::extract::{Path, State};

@@ -4,8 +4,8 @@
 
 use super::front_door::{FrontDoor, Route};
 use super::validation::desired_for_action;
+use crate::control_plane::decisions::pipeline::PipelineConfig;
 use crate::control_plane::model::{Agent, OrphanFate, Workspace};
-use crate::control_plane::pipeline::PipelineConfig;
 use crate::control_plane::store::{Store, StoreError, hash_token, same_secret};
 use crate::protocol::ErrorBody;
 use axum::Json;

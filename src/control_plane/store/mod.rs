@@ -14,9 +14,9 @@ mod settings;
 mod sqlite_writer;
 mod statements;
 
-use super::agent_config::AgentConfig;
+use super::decisions::agent_config::AgentConfig;
+use super::decisions::pipeline::PipelineConfig;
 use super::model::{Agent, Clock, NewWorkspace, Workspace, workspace_namespace};
-use super::pipeline::PipelineConfig;
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse};
 pub use error::{StoreError, StoreResult};
 use rows::{AGENT_WORKSPACES, SELECT_COLUMNS, workspace_from_row};

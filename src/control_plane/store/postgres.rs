@@ -10,8 +10,8 @@ use super::Store;
 use super::changes::changes;
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, AGENT_WORKSPACES_AND_REVISION, WorkspaceReader, postgres_save};
+use crate::control_plane::decisions::pipeline::{self, Decision, PipelineConfig};
 use crate::control_plane::model::{Agent, Workspace};
-use crate::control_plane::pipeline::{self, Decision, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use sqlx::Row;
 

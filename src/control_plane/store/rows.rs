@@ -3,7 +3,7 @@
 //! [`SavedRow`]'s fields are checked against it.
 
 use super::error::{StoreError, StoreResult};
-use crate::control_plane::agent_config::AgentConfig;
+use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::control_plane::model::{Workspace, WorkspaceError};
 use sqlx::Row;
 use sqlx::any::AnyRow;

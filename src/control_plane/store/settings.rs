@@ -3,7 +3,7 @@
 
 use super::Store;
 use super::error::{StoreError, StoreResult};
-use crate::control_plane::agent_config::AgentConfig;
+use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::protocol::{DesiredState, ImagePullSecret};
 
 use super::statements::{Tx, read_settings};

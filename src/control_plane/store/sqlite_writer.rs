@@ -8,8 +8,8 @@
 
 use super::error::{StoreError, StoreResult};
 use super::rows::{AGENT_WORKSPACES, SQLITE_SAVE, SavedRow, WorkspaceReader};
+use crate::control_plane::decisions::pipeline::{self, PipelineConfig};
 use crate::control_plane::model::{Agent, Clock};
-use crate::control_plane::pipeline::{self, PipelineConfig};
 use crate::protocol::{ReconcileRequest, ReconcileResponse};
 use rusqlite::{Connection, TransactionBehavior};
 use sqlx::sqlite::SqliteConnectOptions;

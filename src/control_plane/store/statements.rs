@@ -3,7 +3,7 @@
 //! transaction makes before it writes an agent's settings or a workspace.
 
 use super::error::{StoreError, StoreResult};
-use crate::control_plane::agent_config::AgentConfig;
+use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::protocol::{DesiredState, ImagePullSecret};
 use sqlx::Row;
 

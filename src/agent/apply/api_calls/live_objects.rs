@@ -1,11 +1,11 @@
 //! The LIST a full resync takes of what the agent applied, by the agent's label, for the
-//! drift check (`apply::drift`). Secrets are never listed: the agent reads no Secret outside
+//! drift check (`policy::drift`). Secrets are never listed: the agent reads no Secret outside
 //! its own namespace, so a config's Secrets are applied every full resync.
 
 use super::{ApiCalls, KindQuery};
-use crate::agent::apply::drift::LiveObjects;
 use crate::agent::error::api_message;
 use crate::agent::k8s::is_status;
+use crate::agent::policy::drift::LiveObjects;
 use kube::Resource;
 use kube::api::{DynamicObject, ListParams, ObjectList};
 use kube::core::Request;

@@ -4,9 +4,10 @@
 //! shared-namespace mode only that namespace.
 
 use crate::agent::apply::Applier;
-use crate::agent::apply::plan::{ApplyPolicy, DEFAULT_ALLOWED_KINDS};
-use crate::agent::apply::shared_namespace::NamespaceMode;
 use crate::agent::k8s::ClusterConfig;
+use crate::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
+use crate::agent::policy::plan::ApplyPolicy;
+use crate::agent::policy::shared_namespace::NamespaceMode;
 use http::{Request, Response};
 use kube::client::Body;
 use serde_json::{Value, json};

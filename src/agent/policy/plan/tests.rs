@@ -1,4 +1,5 @@
 use super::*;
+use crate::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
 
 fn objects(yaml: &str) -> Vec<DynamicObject> {
     crate::yaml::parse_objects(yaml).expect("valid yaml")

@@ -2,6 +2,7 @@
 //! the operator made, and the agent holds no namespace rights. What keeps one workspace's
 //! config off another workspace's objects there, decided without I/O.
 
+use super::kinds::NAMESPACE_WIDE_KINDS;
 use crate::agent::sync::workspace::WorkspaceKey;
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::INVENTORY_ID_LABEL;
@@ -11,9 +12,6 @@ use std::collections::BTreeMap;
 
 /// The label the agent puts on every inventory it writes: the workspace it belongs to.
 pub const WORKSPACE_LABEL: &str = "wsync.dev/workspace";
-
-/// Kinds whose effect reaches every Pod of a namespace.
-const NAMESPACE_WIDE_KINDS: &[&str] = &["ResourceQuota", "LimitRange"];
 
 /// Where the agent's workspaces live: chosen by the operator at install, never by the control
 /// plane, whose prerequisites must agree.

@@ -2,6 +2,7 @@
 //! policy, and the grouping of a config into cli-utils compatible inventories. Free of I/O.
 
 use super::field_policy::FieldPolicy;
+use super::kinds::NEVER_ALLOWED_GROUPS;
 use super::pod_security::PodSecurityLevel;
 use super::pull_secrets::{DOCKER_CONFIG_TYPES, source_ref};
 use super::shared_namespace::NamespaceMode;
@@ -11,22 +12,6 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The kinds a workspace needs, as `Kind` for the core group or `group/Kind`.
-pub const DEFAULT_ALLOWED_KINDS: &[&str] = &[
-    "ConfigMap",
-    "Secret",
-    "Service",
-    "PersistentVolumeClaim",
-    "ServiceAccount",
-    "ResourceQuota",
-    "LimitRange",
-    "apps/Deployment",
-    "networking.k8s.io/NetworkPolicy",
-];
-
-/// Groups that are never applied, whatever the allow-list says.
-const NEVER_ALLOWED_GROUPS: &[&str] = &["rbac.authorization.k8s.io"];
 
 #[derive(Debug, Clone)]
 pub struct ApplyPolicy {

@@ -161,7 +161,7 @@ pub fn build(
             "kind": "Deployment",
             "metadata": member_meta(&spec.name),
             "spec": {
-                "replicas": crate::control_plane::rules::replicas(desired),
+                "replicas": crate::control_plane::decisions::rules::replicas(desired),
                 "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
                 "selector": { "matchLabels": selector },
                 "strategy": { "type": "Recreate" },

@@ -5,8 +5,8 @@
 //! commit.
 
 use super::config_builder::{self, WorkspaceSpec};
-use super::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError};
 use super::rules::{self, Lifecycle, Selection};
+use crate::control_plane::model::{Agent, ErrorRecord, Orphan, Workspace, WorkspaceError};
 use crate::names::{is_dns_subdomain, is_namespace_name};
 use crate::protocol::{
     ActualState, DesiredState, ReconcileRequest, ReconcileResponse, Settings, WorkspaceAgentInfo, WorkspaceRailsInfo,
