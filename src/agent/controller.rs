@@ -66,7 +66,7 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
             {
                 let mut state = ctx.state();
                 state.consecutive_failures = state.consecutive_failures.saturating_add(1);
-                state.ledger.outcome = failed;
+                state.ledger.fields.outcome = failed;
                 if error.answer_lost() {
                     tracing::info!("the control plane may have committed the lost answer; the next cycle is full");
                     state.answer_lost = true;
@@ -169,8 +169,9 @@ async fn run_cycle(
         let timeout =
             jiff::SignedDuration::try_from(ctx.config.termination_timeout).unwrap_or(jiff::SignedDuration::MAX);
         let newly = state.termination_clock.tick(&running, Timestamp::now(), timeout);
-        state.ledger.stuck_terminations = state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
-        ctx.metrics.terminations_stuck.set(state.ledger.stuck_terminations.len() as i64);
+        state.ledger.fields.stuck_terminations =
+            state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
+        ctx.metrics.terminations_stuck.set(state.ledger.fields.stuck_terminations.len() as i64);
         newly
     };
     actions::report_stuck_terminations(ctx, newly_stuck).await;

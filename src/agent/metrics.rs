@@ -186,7 +186,9 @@ impl Metrics {
     pub fn restored(&self, ledger: &crate::agent::sync::ledger::Ledger) {
         self.set_intervals(ledger.partial_interval(), ledger.full_interval());
         let seconds = |t: jiff::Timestamp| t.as_millisecond() as f64 / 1000.0;
-        for (update_type, last) in [("full", ledger.last_full_sync), ("partial", ledger.last_partial_sync)] {
+        for (update_type, last) in
+            [("full", ledger.fields.last_full_sync), ("partial", ledger.fields.last_partial_sync)]
+        {
             let label = UpdateTypeLabel { update_type: update_type.into() };
             if let Some(last) = last {
                 self.last_success.get_or_create(&label).set(seconds(last));

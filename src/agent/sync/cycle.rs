@@ -190,18 +190,18 @@ pub fn settle(
         settled.actions.push(WorkspaceAction::Refuse { key: refused.key, reason: refused.reason, version });
     }
     if let Some(reason) = answer.unreadable_settings.take() {
-        ledger.rejected_settings = Some(reason.clone());
+        ledger.fields.rejected_settings = Some(reason.clone());
         settled.rejected_settings = Some(reason);
     }
     let response = &mut answer.response;
     if let Some(settings) = response.settings {
         match settings.validate() {
             Ok(()) => {
-                ledger.settings = settings;
-                ledger.rejected_settings = None;
+                ledger.fields.settings = settings;
+                ledger.fields.rejected_settings = None;
             }
             Err(reason) => {
-                ledger.rejected_settings = Some(reason.clone());
+                ledger.fields.rejected_settings = Some(reason.clone());
                 settled.rejected_settings = Some(reason);
             }
         }

@@ -10,6 +10,7 @@ pub mod index;
 pub mod ledger;
 pub mod outcome;
 pub mod pod_failures;
+pub mod status;
 pub mod termination_clock;
 pub mod workload;
 pub mod workspace;

@@ -135,7 +135,7 @@ fn settle_acknowledges_and_schedules_applies() {
     assert_eq!(settled.acknowledged.len(), 2);
     assert_eq!(settled.actions.len(), 1, "an empty config applies nothing");
     assert!(matches!(&settled.actions[0], WorkspaceAction::Apply { config, .. } if config == "kind: ConfigMap"));
-    assert_eq!(ledger.settings.partial_reconciliation_interval_seconds, 2);
+    assert_eq!(ledger.fields.settings.partial_reconciliation_interval_seconds, 2);
     assert!(ledger.errors().in_flight(&WorkspaceKey::new("ns", "ws")));
 }
 
@@ -152,7 +152,7 @@ fn invalid_settings_keep_the_last_good_ones() {
     };
     let settled = settle(&mut ledger, &plan, &mut Answer::from(response.clone()), false, |_, _, _| false);
     assert!(settled.rejected_settings.is_some());
-    assert_eq!(ledger.settings, Settings::default());
+    assert_eq!(ledger.fields.settings, Settings::default());
 }
 
 #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::crd::CONDITION_LEDGER_TRUNCATED;
 
 #[test]
 fn a_pathological_error_set_keeps_the_newest_errors_within_the_budget() {
@@ -68,9 +69,9 @@ fn partial_heartbeat_is_written_at_most_once_a_minute() {
     let mut ledger = Ledger::restore(None);
     ledger.cycle_succeeded(UpdateType::Partial, at(0), None);
     ledger.cycle_succeeded(UpdateType::Partial, at(30), None);
-    assert_eq!(ledger.last_partial_sync, Some(at(0)));
+    assert_eq!(ledger.fields.last_partial_sync, Some(at(0)));
     ledger.cycle_succeeded(UpdateType::Partial, at(61), None);
-    assert_eq!(ledger.last_partial_sync, Some(at(61)));
+    assert_eq!(ledger.fields.last_partial_sync, Some(at(61)));
 }
 
 #[test]
