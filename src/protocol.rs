@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod deployment_info;
+pub mod failure_reason;
 pub mod inventory;
-pub mod workload;
 pub use deployment_info::{DeploymentFacts, DeploymentInfo};
 
 /// Default path of the reconcile endpoint, below the control-plane URL.

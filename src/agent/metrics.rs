@@ -63,7 +63,7 @@ pub struct Metrics {
     pub sync_interval: Family<UpdateTypeLabel, Gauge<f64, AtomicU64>>,
     pub leader: Gauge,
     pub terminations_stuck: Gauge,
-    /// Workload failures that began, by reason (`protocol::workload`).
+    /// Workload failures that began, by reason (`protocol::failure_reason`).
     pub workspace_failures: Family<ReasonLabel, Counter>,
     registry: Registry,
     crd_present: AtomicBool,
@@ -91,7 +91,7 @@ impl Metrics {
         for result in ["success", "failure", "retry_failure", "stale"] {
             applies.get_or_create(&ResultLabel { result: result.into() }).inc_by(0);
         }
-        for reason in crate::protocol::workload::FailureReason::ALL {
+        for reason in crate::protocol::failure_reason::FailureReason::ALL {
             workspace_failures.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc_by(0);
         }
         for update_type in ["partial", "full"] {

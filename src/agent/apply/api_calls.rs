@@ -3,8 +3,8 @@
 //! apply. Nothing else in the agent writes a workspace's objects.
 
 use super::cache::{ApplyCache, LiveInventory, OwnNamespace};
-pub use super::guarded::Ownership;
-use super::guarded::{Tested, delete_if_annotated, test_annotation};
+pub use super::conditional_writes::Ownership;
+use super::conditional_writes::{Tested, delete_if_annotated, test_annotation};
 use crate::agent::error::{ApplyError, api_message};
 use crate::agent::k8s::watch::{Followed, follow};
 use crate::agent::k8s::{ClusterConfig, is_status};

@@ -8,7 +8,7 @@
 
 pub mod api_calls;
 pub mod cache;
-mod guarded;
+mod conditional_writes;
 mod namespace_rule;
 mod termination;
 

@@ -4,10 +4,10 @@
 //! and the work to do in the cluster.
 
 use super::answer::Answer;
+use super::deployment_failure::WorkloadFailure;
 use super::error_tracker::{ApplyVersion, Recorded};
 use super::ledger::Ledger;
 use super::pod_failures::PodFailures;
-use super::workload::WorkloadFailure;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
     ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress, UpdateType,

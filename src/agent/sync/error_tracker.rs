@@ -12,7 +12,7 @@
 
 use super::workspace::WorkspaceKey;
 use crate::agent::error::ApplyError;
-use crate::protocol::workload::FailureReason;
+use crate::protocol::failure_reason::FailureReason;
 use crate::protocol::{ErrorDetails, ErrorType};
 use jiff::Timestamp;
 use std::collections::{BTreeSet, HashMap};
@@ -50,7 +50,7 @@ pub struct Failure {
     pub first_seen: Timestamp,
     /// Retrying cannot heal it (not kept in the status: a restored error retries normally).
     pub lasting: bool,
-    /// Not an apply's: the workload's own failure (`sync::workload`), which ends when the
+    /// Not an apply's: the workload's own failure (`sync::deployment_failure`), which ends when the
     /// workspace's Deployment says so. Read back from the message on a restore.
     pub workload: Option<FailureReason>,
 }
@@ -136,7 +136,7 @@ impl Recorded {
 #[derive(Debug, Clone, Default)]
 pub struct ErrorTracker {
     entries: HashMap<WorkspaceKey, Applies>,
-    /// Workload failures (`sync::workload`), tracked beside the applies': an apply's success
+    /// Workload failures (`sync::deployment_failure`), tracked beside the applies': an apply's success
     /// does not end one, only the workload's own state does. Reported once per reason.
     workloads: HashMap<WorkspaceKey, Held>,
     epoch: u64,

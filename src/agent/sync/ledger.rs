@@ -6,7 +6,7 @@ use super::error_tracker::{ErrorTracker, Failure, Held};
 pub use super::outcome::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::crd::WorkspaceSyncStatusStatus;
-use crate::protocol::workload::FailureReason;
+use crate::protocol::failure_reason::FailureReason;
 use crate::protocol::{ErrorType, Settings, TerminationProgress, UpdateType};
 use jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet};

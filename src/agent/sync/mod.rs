@@ -5,6 +5,7 @@
 pub mod answer;
 pub mod backoff;
 pub mod cycle;
+pub mod deployment_failure;
 pub mod error_tracker;
 pub mod index;
 pub mod ledger;
@@ -12,5 +13,4 @@ pub mod outcome;
 pub mod pod_failures;
 pub mod status;
 pub mod termination_clock;
-pub mod workload;
 pub mod workspace;

@@ -1,9 +1,9 @@
 //! Why a workspace's Pods are failing (issue #21): the kubelet's back-off states, a
 //! container's config, the scheduler. The Pod watch keeps only the failing Pods, by name.
 
-use super::workload::WorkloadFailure;
+use super::deployment_failure::WorkloadFailure;
 use super::workspace::WorkspaceKey;
-use crate::protocol::workload::FailureReason;
+use crate::protocol::failure_reason::FailureReason;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::PodStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

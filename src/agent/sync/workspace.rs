@@ -1,6 +1,6 @@
 //! What the agent knows about one workspace's Deployment: a small projection, not the object.
 
-use super::workload::WorkloadFailure;
+use super::deployment_failure::WorkloadFailure;
 use crate::agent::objects::WorkspaceDeployment;
 use crate::protocol::DeploymentInfo;
 use jiff::Timestamp;
@@ -140,7 +140,7 @@ impl DeploymentProjection {
         let info = DeploymentInfo::of(&projected)
             .inspect_err(|error| tracing::warn!(%error, "a Deployment could not be serialized; skipped"))
             .ok()?;
-        let failure = super::workload::from_status(projected.status.as_ref()).map(Box::new);
+        let failure = super::deployment_failure::from_status(projected.status.as_ref()).map(Box::new);
         let meta = projected.metadata;
         Some(Self {
             key: WorkspaceKey::new(&meta.namespace, &meta.name),

@@ -1,8 +1,8 @@
 //! What to do about a workspace's error, in one line, for the person whose workspace it is
 //! and who cannot run kubectl: a table keyed by the reason a `kubernetes` error starts with
-//! (`protocol::workload`), and by the agent's own words for an apply it refused.
+//! (`protocol::failure_reason`), and by the agent's own words for an apply it refused.
 
-use crate::protocol::workload::FailureReason;
+use crate::protocol::failure_reason::FailureReason;
 
 /// The hint for an error, if the table has one.
 pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {

@@ -3,8 +3,8 @@
 //! (the hot path) go to a writer thread of their own ([`sqlite_writer`]); on PostgreSQL they
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
-mod access;
 mod changes;
+mod credentials;
 mod error;
 mod error_history;
 mod orphans;

@@ -304,7 +304,7 @@ fn a_config_the_apply_in_flight_carries_starts_nothing() {
 
 #[test]
 fn a_workload_failure_goes_with_every_report_until_it_ends_but_never_with_a_termination() {
-    use crate::protocol::workload::FailureReason::QuotaExceeded;
+    use crate::protocol::failure_reason::FailureReason::QuotaExceeded;
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
     let quota = Some((QuotaExceeded, "QuotaExceeded: no room"));
@@ -345,9 +345,9 @@ fn an_acknowledged_apply_failure_goes_with_every_report_full_or_partial_and_surv
 /// restored from the status is not taken for over until the Pods are known.
 #[test]
 fn a_restored_pod_failure_waits_for_the_pod_watch() {
+    use crate::agent::sync::deployment_failure::WorkloadFailure;
     use crate::agent::sync::pod_failures::PodFailures;
-    use crate::agent::sync::workload::WorkloadFailure;
-    use crate::protocol::workload::FailureReason;
+    use crate::protocol::failure_reason::FailureReason;
     let mut ledger = Ledger::restore(None);
     let d = deployment("ns", "ws", "1");
     let failure = WorkloadFailure::new(FailureReason::ImagePull, "ImagePull: no such image");

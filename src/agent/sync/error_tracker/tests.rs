@@ -189,7 +189,7 @@ fn a_newer_apply_supersedes_a_retry() {
 
 #[test]
 fn a_workload_failure_is_reported_once_per_reason_and_ends_with_the_failure() {
-    use crate::protocol::workload::FailureReason::{PodSecurity, QuotaExceeded};
+    use crate::protocol::failure_reason::FailureReason::{PodSecurity, QuotaExceeded};
     let mut tracker = ErrorTracker::new(1);
     let key = WorkspaceKey::new("ns", "ws");
     assert_eq!(tracker.observe_workload(&key, None, now()), Recorded::Healthy);
@@ -214,7 +214,7 @@ fn a_workload_failure_is_reported_once_per_reason_and_ends_with_the_failure() {
 
 #[test]
 fn an_apply_failure_takes_the_slot_and_an_apply_success_does_not_end_a_workload_failure() {
-    use crate::protocol::workload::FailureReason::QuotaExceeded;
+    use crate::protocol::failure_reason::FailureReason::QuotaExceeded;
     let mut tracker = ErrorTracker::new(1);
     let key = WorkspaceKey::new("ns", "ws");
     let quota = Some((QuotaExceeded, "QuotaExceeded: no"));

@@ -116,7 +116,7 @@ fn unchanged_ledger_renders_identically() {
 
 #[test]
 fn an_unacknowledged_workload_failure_survives_a_restart_as_the_workloads() {
-    use crate::protocol::workload::FailureReason::ImagePull;
+    use crate::protocol::failure_reason::FailureReason::ImagePull;
     let mut ledger = Ledger::restore(None);
     let key = WorkspaceKey::new("ns", "ws");
     let pull = Some((ImagePull, "ImagePull: image \"nope\" could not be pulled"));

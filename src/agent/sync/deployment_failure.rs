@@ -1,9 +1,9 @@
 //! Why a workspace's workload is failing (issue #21), read from its Deployment: the
 //! `ReplicaFailure` condition, which the deployment controller copies from the ReplicaSet when
 //! a Pod cannot be created. `pod_failures` reads the Pods. Either is reported as a
-//! `kubernetes` error whose message starts with the reason (`protocol::workload`).
+//! `kubernetes` error whose message starts with the reason (`protocol::failure_reason`).
 
-use crate::protocol::workload::FailureReason;
+use crate::protocol::failure_reason::FailureReason;
 use k8s_openapi::api::apps::v1::DeploymentStatus;
 
 /// The longest Kubernetes message kept: the error's own cap is 1 KiB, and a projection is
