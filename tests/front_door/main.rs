@@ -9,6 +9,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use support::ControlPlaneProcess;
 
+mod api;
 mod browser;
 mod database;
 mod http2;

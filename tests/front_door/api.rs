@@ -1,4 +1,5 @@
-//! The control plane's HTTP surface: status codes and bodies as the agent and the CLI see them.
+//! The control plane's HTTP surface in process (its router on a local listener): status codes
+//! and bodies as the agent and the CLI see them.
 
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -3,9 +3,7 @@
 //! however calls interleave, and a clock that jumps ahead does not terminate every workspace
 //! at once.
 
-#[path = "support/postgres.rs"]
-#[allow(dead_code)]
-mod postgres;
+use crate::postgres;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -3,9 +3,7 @@
 
 use serde_json::json;
 
-#[path = "support/postgres.rs"]
-#[allow(dead_code)]
-mod postgres;
+use crate::postgres;
 use wsync::control_plane::decisions::pipeline::PipelineConfig;
 use wsync::control_plane::decisions::rules::Lifecycle;
 use wsync::control_plane::model::NewWorkspace;
