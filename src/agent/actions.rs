@@ -32,7 +32,7 @@ pub fn spawn(ctx: &Arc<Context>, actions: Vec<WorkspaceAction>, release: bool, l
         return;
     }
     let ctx2 = ctx.clone();
-    let limit = ctx.config.apply_concurrency.max(1);
+    let limit = ctx.parts.config.apply_concurrency.max(1);
     let task = async move {
         futures::stream::iter(actions)
             .for_each_concurrent(limit, |action| run(ctx2.clone(), action, live.clone()))
@@ -88,7 +88,7 @@ async fn perform(ctx: &Arc<Context>, action: WorkspaceAction, serial: u64, live:
         }
         WorkspaceAction::Terminate { key } => {
             let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else { return false };
-            if let Err(error) = ctx.applier.terminate(&key).await {
+            if let Err(error) = ctx.parts.applier.terminate(&key).await {
                 fail_now(ctx, &key, &error, "Terminate");
                 ctx.persist_logged().await;
                 warn(ctx, &key, "TerminationFailed", "Terminate", &error.message).await;
@@ -110,8 +110,8 @@ async fn apply_once(
     let Ok(_slot) = ctx.apply_slots.clone().acquire_owned().await else {
         return Err(ApplyError::kubernetes("the agent is stopping"));
     };
-    let deadline = ctx.config.apply_timeout;
-    match tokio::time::timeout(deadline, ctx.applier.apply(key, config, pull_secrets, live)).await {
+    let deadline = ctx.parts.config.apply_timeout;
+    match tokio::time::timeout(deadline, ctx.parts.applier.apply(key, config, pull_secrets, live)).await {
         Ok(result) => result,
         Err(_) => Err(ApplyError::kubernetes(format!(
             "the apply did not finish within {deadline:?} (--apply-timeout); it is retried"
@@ -160,7 +160,7 @@ fn jitter(wait: Duration) -> Duration {
 /// Copy again the pull secrets whose source changed; a failed copy is the workspace's error.
 /// The cycle writes the ledger after.
 pub async fn refresh_pull_secret_copies(ctx: &Context) {
-    for (key, error) in ctx.applier.refresh_pull_secret_copies().await {
+    for (key, error) in ctx.parts.applier.refresh_pull_secret_copies().await {
         fail_now(ctx, &key, &error, "CopyPullSecret");
         warn(ctx, &key, "ApplyFailed", "CopyPullSecret", &error.message).await;
     }
@@ -170,19 +170,19 @@ pub async fn refresh_pull_secret_copies(ctx: &Context) {
 /// what holds the namespace, and a Warning Event. The control plane's Terminated keeps them
 /// going; the namespace's deletion was asked for already.
 pub async fn report_stuck_terminations(ctx: &Context, keys: Vec<WorkspaceKey>) {
-    let shared = ctx.cluster.config().namespace_mode.shared().is_some();
+    let shared = ctx.parts.cluster.config().namespace_mode.shared().is_some();
     for key in keys {
         let holdup = if shared {
-            ctx.applier.shared_termination_holdup(&key).await
+            ctx.parts.applier.shared_termination_holdup(&key).await
         } else {
-            ctx.cluster.namespace_holdup(key.namespace()).await
+            ctx.parts.cluster.namespace_holdup(key.namespace()).await
         };
         let holdup = match holdup {
             Ok(Some(holdup)) => holdup,
             Ok(None) => continue,
             Err(error) => format!("what holds it could not be read: {}", super::error::api_message(&error)),
         };
-        let timeout = ctx.config.termination_timeout;
+        let timeout = ctx.parts.config.termination_timeout;
         let what = if shared {
             format!("workspace {}'s objects are", key.name())
         } else {
@@ -209,7 +209,7 @@ pub async fn report_workload_changes(ctx: &Context, changed: Vec<(WorkspaceKey, 
             (Recorded::Failed, Some(failure)) => {
                 tracing::warn!(workspace = %key.name(), namespace = %key.namespace(), reason = %failure.reason, message = %failure.message, "a workspace's workload is failing");
                 let reason = ReasonLabel { reason: failure.reason.as_str().into() };
-                ctx.metrics.workspace_failures.get_or_create(&reason).inc();
+                ctx.parts.metrics.workspace_failures.get_or_create(&reason).inc();
                 warn(ctx, &key, "WorkspaceFailing", "Observe", &failure.message).await;
             }
             _ => {
@@ -227,8 +227,8 @@ fn fail_now(ctx: &Context, key: &WorkspaceKey, error: &ApplyError, action: &str)
 }
 
 async fn warn(ctx: &Context, key: &WorkspaceKey, reason: &str, action: &str, message: &str) {
-    let on_deployment = ctx.index.lock().contains(key);
-    ctx.cluster.warn_workspace(key, on_deployment, reason, action, message).await;
+    let on_deployment = ctx.parts.index.lock().contains(key);
+    ctx.parts.cluster.warn_workspace(key, on_deployment, reason, action, message).await;
 }
 
 async fn record_result(ctx: &Context, key: &WorkspaceKey, version: ApplyVersion, result: Result<(), ApplyError>) {
@@ -242,7 +242,7 @@ async fn record_result(ctx: &Context, key: &WorkspaceKey, version: ApplyVersion,
 
 /// Count a recorded result, and do what it calls for.
 async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failure: Option<&str>) {
-    ctx.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
+    ctx.parts.metrics.applies.get_or_create(&ResultLabel { result: recorded.metric_label().into() }).inc();
     match recorded.follow_up() {
         FollowUp::PersistAndWarn => {
             ctx.persist_logged().await;
@@ -256,9 +256,9 @@ async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failur
 /// The control plane may still show an error that no longer holds: report the workspace again.
 /// A Deployment not in the index yet is reported when the watch brings it.
 fn report_again(ctx: &Context, key: &WorkspaceKey) {
-    if ctx.index.lock().contains(key) {
+    if ctx.parts.index.lock().contains(key) {
         ctx.state().ledger.report_again(key);
-        ctx.index.lock().mark_dirty(key);
-        ctx.index.notify();
+        ctx.parts.index.lock().mark_dirty(key);
+        ctx.parts.index.notify();
     }
 }

@@ -74,14 +74,8 @@ fn is_truncated(conditions: &[Condition]) -> bool {
 }
 
 pub struct Context {
-    pub cluster: Cluster,
-    pub applier: Applier,
-    pub control_plane: ControlPlaneClient,
-    pub index: SharedIndex,
-    pub config: LoopConfig,
-    pub metrics: Arc<Metrics>,
-    /// True while this term leads; tasks that outlive a cycle stop when it turns false.
-    pub leading: watch::Receiver<bool>,
+    /// The handles a term is built from.
+    pub parts: Parts,
     state: Mutex<SyncState>,
     /// The status as last written, and the ledger's render key then; held across the write
     /// so writes never reorder.
@@ -108,17 +102,10 @@ pub struct Parts {
 
 impl Context {
     pub fn new(parts: Parts, ledger: Ledger, written: Option<&WorkspaceSyncStatusStatus>) -> Self {
-        let Parts { cluster, applier, control_plane, index, config, metrics, leading } = parts;
         Self {
-            cluster,
-            applier,
-            control_plane,
-            index,
-            apply_slots: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
+            apply_slots: Arc::new(Semaphore::new(parts.config.apply_concurrency.max(1))),
             intents: Default::default(),
-            config,
-            metrics,
-            leading,
+            parts,
             state: Mutex::new(SyncState {
                 ledger,
                 full_done: false,
@@ -148,7 +135,7 @@ impl Context {
     /// Write the ledger to the status if its rendering changed since the last write.
     pub async fn persist(&self) -> Result<()> {
         let mut written = self.written.lock().await;
-        let workspaces = self.index.lock().len();
+        let workspaces = self.parts.index.lock().len();
         let (key, status) = {
             let state = self.state();
             let key = state.ledger.render_key(workspaces);
@@ -158,7 +145,7 @@ impl Context {
             }
             (key, state.ledger.to_status(workspaces, &written.conditions, Timestamp::now()))
         };
-        self.metrics.pending_errors.set(status.pending_error_count as i64);
+        self.parts.metrics.pending_errors.set(status.pending_error_count as i64);
         if is_truncated(&status.conditions) && !is_truncated(&written.conditions) {
             tracing::warn!(
                 kept = status.pending_errors.len(),
@@ -169,7 +156,7 @@ impl Context {
         let json = serde_json::value::to_raw_value(&status)?;
         if written.json.as_deref() != Some(json.get()) {
             crate::runtime::failpoint::hit("before-status-write");
-            self.cluster.write_status(&json).await?;
+            self.parts.cluster.write_status(&json).await?;
             written.json = Some(json.get().into());
         }
         written.conditions = status.conditions;
@@ -194,9 +181,9 @@ impl Context {
         let mut last = self.last_cycle_start.lock().await;
         if let Some(previous) = *last {
             // A gap past what an Instant can hold (a mistyped flag) waits as long as tokio can.
-            match previous.checked_add(self.config.min_cycle_gap) {
+            match previous.checked_add(self.parts.config.min_cycle_gap) {
                 Some(due) => tokio::time::sleep_until(due.into()).await,
-                None => tokio::time::sleep(self.config.min_cycle_gap).await,
+                None => tokio::time::sleep(self.parts.config.min_cycle_gap).await,
             }
         }
         *last = Some(Instant::now());
@@ -210,9 +197,9 @@ impl Context {
     /// After a big cycle: pack the long-lived per-workspace state into fresh allocations, then
     /// hand the freed memory back (src/allocator.rs).
     pub fn release_memory(&self) {
-        self.index.lock().compact();
+        self.parts.index.lock().compact();
         self.state().ledger.compact();
-        self.applier.compact_caches();
+        self.parts.applier.compact_caches();
         crate::allocator::release_free_memory();
     }
 }

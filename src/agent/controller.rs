@@ -40,10 +40,10 @@ pub async fn reconcile(wss: Arc<WorkspaceSyncStatus>, ctx: Arc<Context>) -> Resu
     };
     let span = tracing::info_span!("sync_cycle", cycle = cycle_id, update_type = %update_type);
     let started = Instant::now();
-    ctx.metrics.cycle_started(update_type);
+    ctx.parts.metrics.cycle_started(update_type);
     let result = run_cycle(&wss, &ctx, update_type, resync_request.as_deref()).instrument(span.clone()).await;
     let _entered = span.enter();
-    let metrics = &ctx.metrics;
+    let metrics = &ctx.parts.metrics;
     let kind = UpdateTypeLabel { update_type: update_type.to_string() };
     metrics.cycle_duration.get_or_create(&kind).observe(started.elapsed().as_secs_f64());
     let outcome = if result.is_ok() { "success" } else { "error" };
@@ -90,8 +90,9 @@ async fn run_cycle(
     if ctx.state().prerequisites.is_none() {
         // No sync runs until the control plane's prerequisites are known; a failure backs off
         // like any other and shows on the WorkspaceSyncStatus.
-        let prerequisites = ctx.control_plane.prerequisites().await.map_err(Error::Prerequisites)?;
-        ctx.cluster
+        let prerequisites = ctx.parts.control_plane.prerequisites().await.map_err(Error::Prerequisites)?;
+        ctx.parts
+            .cluster
             .config()
             .namespace_mode
             .check_served(&prerequisites.shared_namespace)
@@ -101,10 +102,10 @@ async fn run_cycle(
     }
     if update_type == UpdateType::Full {
         // As a restart would: a fresh LIST, no acknowledgements, no terminations.
-        let listed = ctx.cluster.list_workspaces().await?;
-        ctx.index.lock().replace_all(listed);
+        let listed = ctx.parts.cluster.list_workspaces().await?;
+        ctx.parts.index.lock().replace_all(listed);
         ctx.state().ledger.reset_for_full();
-        ctx.applier.forget_all_copies();
+        ctx.parts.applier.forget_all_copies();
     }
     let namespace_gone = terminated_namespaces(ctx).await;
     let now = Timestamp::now();
@@ -112,14 +113,14 @@ async fn run_cycle(
     let since = std::mem::replace(&mut ctx.state().pods_checked_at, now);
     let due = ctx.pod_failures.lock_unpoisoned().counting_since(since, now);
     if !due.is_empty() {
-        let mut index = ctx.index.lock();
+        let mut index = ctx.parts.index.lock();
         due.iter().for_each(|key| index.mark_dirty(key));
     }
-    let mut dirty = ctx.index.lock().dirty();
+    let mut dirty = ctx.parts.index.lock().dirty();
     let to_reread = cycle::to_reread(&dirty, &ctx.state().ledger);
     if !to_reread.is_empty() {
         reread_workspaces(ctx, to_reread).await;
-        dirty = ctx.index.lock().dirty();
+        dirty = ctx.parts.index.lock().dirty();
     }
     let workload_changes = {
         // Lock order: Pods, then the state (the Pod watch takes the index after the Pods).
@@ -130,15 +131,15 @@ async fn run_cycle(
     let plan = cycle::plan(update_type, &dirty, &ctx.state().ledger, &namespace_gone);
     drop(dirty);
     let sent = plan.request.workspace_agent_infos.len();
-    ctx.metrics.workspaces_sent.observe(sent as f64);
+    ctx.parts.metrics.workspaces_sent.observe(sent as f64);
     let request_started = Instant::now();
-    let response = ctx.control_plane.reconcile(&plan.request).await;
-    ctx.metrics.control_plane_duration.observe(request_started.elapsed().as_secs_f64());
+    let response = ctx.parts.control_plane.reconcile(&plan.request).await;
+    ctx.parts.metrics.control_plane_duration.observe(request_started.elapsed().as_secs_f64());
     let status = match &response {
         Ok(_) => crate::protocol::RECONCILE_SUCCESS.to_string(),
         Err(error) => error.status_label(),
     };
-    ctx.metrics.control_plane_requests.get_or_create(&StatusLabel { status }).inc();
+    ctx.parts.metrics.control_plane_requests.get_or_create(&StatusLabel { status }).inc();
     let mut response = response?;
     crate::runtime::failpoint::hit("after-answer");
 
@@ -149,7 +150,7 @@ async fn run_cycle(
             ctx.intents.carries(key, || super::intents::digest(config, secrets))
         };
         let settled = cycle::settle(&mut state.ledger, &plan, &mut response, paused, in_flight);
-        let mut index = ctx.index.lock();
+        let mut index = ctx.parts.index.lock();
         if update_type == UpdateType::Full {
             cycle::prune_unknown(&mut state.ledger, |key| index.contains(key), &response.response);
         }
@@ -167,11 +168,11 @@ async fn run_cycle(
         let running: Vec<WorkspaceKey> =
             state.ledger.terminations().keys().filter(|key| !namespace_gone.contains(key)).cloned().collect();
         let timeout =
-            jiff::SignedDuration::try_from(ctx.config.termination_timeout).unwrap_or(jiff::SignedDuration::MAX);
+            jiff::SignedDuration::try_from(ctx.parts.config.termination_timeout).unwrap_or(jiff::SignedDuration::MAX);
         let newly = state.termination_clock.tick(&running, Timestamp::now(), timeout);
         state.ledger.fields.stuck_terminations =
             state.termination_clock.stuck().iter().map(|key| key.to_string()).collect();
-        ctx.metrics.terminations_stuck.set(state.ledger.fields.stuck_terminations.len() as i64);
+        ctx.parts.metrics.terminations_stuck.set(state.ledger.fields.stuck_terminations.len() as i64);
         newly
     };
     actions::report_stuck_terminations(ctx, newly_stuck).await;
@@ -186,7 +187,7 @@ async fn run_cycle(
     // A full resync compares with the cluster as it is now, and sends only what drifted.
     let live = if update_type == UpdateType::Full && applies {
         let listed = Instant::now();
-        let live = ctx.applier.live_objects().await;
+        let live = ctx.parts.applier.live_objects().await;
         tracing::info!(
             objects = live.len(),
             elapsed_ms = listed.elapsed().as_millis() as u64,
@@ -198,7 +199,7 @@ async fn run_cycle(
     };
     actions::spawn(ctx, settled.actions, cycle::releases_memory(update_type, actions), live);
     for key in &settled.forgotten {
-        ctx.applier.forget(key);
+        ctx.parts.applier.forget(key);
     }
     actions::refresh_pull_secret_copies(ctx).await;
     ctx.persist().await?;
@@ -218,15 +219,15 @@ async fn run_cycle(
 /// Read again the Deployments whose info the index dropped, so that the cycle can report
 /// them. One GET each; a failure leaves the entry dirty for the next cycle.
 async fn reread_workspaces(ctx: &Context, keys: Vec<WorkspaceKey>) {
-    let limit = ctx.config.apply_concurrency.max(1);
+    let limit = ctx.parts.config.apply_concurrency.max(1);
     let reads = futures::stream::iter(keys).map(|key| async move {
-        let read = ctx.cluster.get_workspace(&key).await;
+        let read = ctx.parts.cluster.get_workspace(&key).await;
         (key, read)
     });
     let mut reads = reads.buffer_unordered(limit);
     while let Some((key, read)) = reads.next().await {
         match read {
-            Ok(Some(deployment)) => ctx.index.lock().refresh(deployment),
+            Ok(Some(deployment)) => ctx.parts.index.lock().refresh(deployment),
             // Gone, or no longer this agent's: the watch removes it from the index.
             Ok(None) => {
                 tracing::debug!(workspace = %key.name(), namespace = %key.namespace(), "a re-read Deployment is gone")
@@ -246,7 +247,7 @@ async fn terminated_namespaces(ctx: &Context) -> HashSet<WorkspaceKey> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
     let mut gone = HashSet::new();
     for key in keys {
-        match ctx.applier.termination_done(&key).await {
+        match ctx.parts.applier.termination_done(&key).await {
             Ok(true) => {
                 gone.insert(key);
             }
@@ -267,8 +268,8 @@ pub fn error_policy(_wss: Arc<WorkspaceSyncStatus>, _error: &Error, ctx: Arc<Con
 
 /// Run the Controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let agent_id = ctx.cluster.config().agent_id.clone();
-    let api = ctx.cluster.ledger_api();
+    let agent_id = ctx.parts.cluster.config().agent_id.clone();
+    let api = ctx.parts.cluster.ledger_api();
     let (reader, writer) = reflector::store();
     let recreate = ctx.clone();
     // Only spec and annotation changes (and a recreated object) start a cycle: the agent's
@@ -288,7 +289,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
         .applied_objects()
         .predicate_filter(predicates::generation.combine(predicates::annotations).combine(uid), Default::default());
 
-    let changes = tokio_stream::wrappers::WatchStream::from_changes(ctx.index.subscribe()).map(|_| ());
+    let changes = tokio_stream::wrappers::WatchStream::from_changes(ctx.parts.index.subscribe()).map(|_| ());
 
     Controller::for_stream(ledger_events, reader)
         .reconcile_all_on(changes)
@@ -324,13 +325,13 @@ pub async fn watch_crd(ctx: Arc<Context>) {
     let mut missing = false;
     loop {
         tokio::time::sleep(CRD_CHECK_INTERVAL).await;
-        match ctx.cluster.check_crd().await {
+        match ctx.parts.cluster.check_crd().await {
             Ok(()) if missing => {
                 tracing::info!("the WorkspaceSyncStatus CRD is back; writing the status again");
                 missing = false;
-                ctx.metrics.set_crd_present();
+                ctx.parts.metrics.set_crd_present();
                 recreate_ledger_object(&ctx).await;
-                ctx.index.notify();
+                ctx.parts.index.notify();
             }
             Ok(()) => {}
             Err(Error::CrdMissing) if !missing => {
@@ -339,7 +340,7 @@ pub async fn watch_crd(ctx: Arc<Context>) {
                      (kubectl apply -k manifests/)"
                 );
                 missing = true;
-                ctx.metrics.set_crd_absent();
+                ctx.parts.metrics.set_crd_absent();
             }
             Err(Error::CrdMissing) => {}
             Err(error) => tracing::debug!(%error, "could not check the WorkspaceSyncStatus CRD; checking again"),
@@ -352,9 +353,9 @@ pub async fn watch_crd(ctx: Arc<Context>) {
 async fn recreate_ledger_object(ctx: &Context) {
     tracing::warn!("the WorkspaceSyncStatus was deleted; recreating it from the agent's memory");
     ctx.forget_written().await;
-    let term_over = when(ctx.leading.clone(), false);
+    let term_over = when(ctx.parts.leading.clone(), false);
     let recreated = retry_transient("recreating the WorkspaceSyncStatus", Backoff::RECREATE, term_over, || {
-        ctx.cluster.ensure_ledger_object()
+        ctx.parts.cluster.ensure_ledger_object()
     })
     .await;
     if recreated.is_ok() {

@@ -357,14 +357,14 @@ async fn lead(
     let ctx = Arc::new(Context::new(parts, ledger, wss.status.as_ref()));
 
     let watch_ctx = ctx.clone();
-    let watcher = tokio::spawn(async move { watch_ctx.cluster.watch_workspaces(index).await });
+    let watcher = tokio::spawn(async move { watch_ctx.parts.cluster.watch_workspaces(index).await });
     let cache_ctx = ctx.clone();
-    let cache_watcher = tokio::spawn(async move { cache_ctx.applier.watch_caches().await });
+    let cache_watcher = tokio::spawn(async move { cache_ctx.parts.applier.watch_caches().await });
     let pods_ctx = ctx.clone();
     let grace = jiff::SignedDuration::try_from(args.unschedulable_grace).unwrap_or(jiff::SignedDuration::MAX);
     let pod_watcher = tokio::spawn(async move {
-        let (failures, index) = (pods_ctx.pod_failures.clone(), pods_ctx.index.clone());
-        pods_ctx.cluster.watch_pods(failures, index, grace).await
+        let (failures, index) = (pods_ctx.pod_failures.clone(), pods_ctx.parts.index.clone());
+        pods_ctx.parts.cluster.watch_pods(failures, index, grace).await
     });
     let crd_watcher = tokio::spawn(controller::watch_crd(ctx.clone()));
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
