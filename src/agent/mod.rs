@@ -11,6 +11,8 @@ pub mod error;
 pub mod intents;
 pub mod k8s;
 pub mod metrics;
+#[cfg(test)]
+pub mod mock_apiserver;
 pub mod objects;
 pub mod policy;
 pub mod retry;

@@ -24,8 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 mod live_objects;
-#[cfg(test)]
-mod namespace_race;
 
 /// A kind to look up: exactly, from a config's apiVersion, or by group and kind alone, from an
 /// inventory's member keys (then at the group's recommended version).

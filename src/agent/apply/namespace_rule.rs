@@ -78,3 +78,6 @@ impl Applier {
         Ok(copied)
     }
 }
+
+#[cfg(test)]
+mod verifier;

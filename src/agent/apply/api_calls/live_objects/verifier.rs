@@ -5,15 +5,12 @@
 
 use crate::agent::apply::Applier;
 use crate::agent::k8s::ClusterConfig;
+use crate::agent::mock_apiserver;
 use crate::agent::policy::kinds::DEFAULT_ALLOWED_KINDS;
 use crate::agent::policy::plan::ApplyPolicy;
 use crate::agent::policy::shared_namespace::NamespaceMode;
-use http::{Request, Response};
-use kube::client::Body;
+use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
 const SELECTOR: &str = "labelSelector=agent.gitlab.com%2Fid%3Dagent-1";
 
@@ -72,34 +69,25 @@ fn answer_for(uri: &str) -> Value {
     }
 }
 
-/// Serves `handle` until the client is dropped; the URIs asked, in order.
-fn serve(mut handle: Handle) -> Arc<Mutex<Vec<String>>> {
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let record = asked.clone();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            let uri = request.uri().to_string();
-            assert_eq!(request.method(), http::Method::GET, "the drift check only reads: {uri}");
-            let body = serde_json::to_vec(&answer_for(&uri)).expect("json");
-            record.lock().expect("lock").push(uri);
-            send.send_response(Response::builder().body(Body::from(body)).expect("response"));
-        }
-    });
-    asked
-}
-
 /// The LISTs a full resync's drift check sends under `mode`, with every default kind and an
 /// RBAC kind on the allow-list.
 async fn lists(mode: NamespaceMode) -> Vec<String> {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let asked = serve(handle);
+    let (client, handle) = mock_apiserver::client();
+    let asked = mock_apiserver::serve(handle, |method, uri, _| {
+        assert_eq!(method, Method::GET, "the drift check only reads: {uri}");
+        (StatusCode::OK, answer_for(uri))
+    });
     let config = ClusterConfig::for_tests(mode.clone());
     let kinds = DEFAULT_ALLOWED_KINDS.iter().copied().chain(["rbac.authorization.k8s.io/Role"]);
     let policy = ApplyPolicy::new(kinds, "wsync-system").with_namespace_mode(mode);
-    let applier = Applier::new(kube::Client::new(service, "default"), config, policy);
+    let applier = Applier::new(client, config, policy);
     applier.live_objects().await;
     let asked = asked.lock().expect("lock").clone();
-    asked.into_iter().filter(|uri| uri.contains('?')).collect()
+    asked
+        .into_iter()
+        .filter_map(|asked| Some(asked.strip_prefix("GET ")?.to_string()))
+        .filter(|uri| uri.contains('?'))
+        .collect()
 }
 
 fn listed_paths(lists: &[String]) -> Vec<&str> {
