@@ -362,3 +362,6 @@ async fn recreate_ledger_object(ctx: &Context) {
         ctx.persist_logged().await;
     }
 }
+
+#[cfg(test)]
+mod verifier;
