@@ -2,7 +2,7 @@
 //! and Ready so that the real deployment controller reports real Deployment status.
 
 #[path = "../tests/support/kubelet.rs"]
-mod kubelet;
+pub mod kubelet;
 
 #[tokio::main]
 async fn main() {

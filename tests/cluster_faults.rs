@@ -3,7 +3,7 @@
 //! apiserver restarted. The two take turns.
 
 #[path = "support/mod.rs"]
-mod support;
+pub mod support;
 
 use std::time::{Duration, Instant};
 use support::stub::{Script, StubControlPlane};

@@ -10,7 +10,7 @@
 //! pass at N=100 with few samples, so that CI keeps it working.
 
 #[path = "../../tests/support/mod.rs"]
-mod support;
+pub mod support;
 
 mod agent_figures;
 mod control_plane;

@@ -41,6 +41,39 @@ fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::decisi
     crate::control_plane::decisions::agent_config::AgentConfig::before_settings().into()
 }
 
+impl Workspace {
+    /// A workspace as the store creates it: desired Running, nothing reported yet.
+    pub fn created(
+        agent_id: &str,
+        namespace: &str,
+        new: NewWorkspace,
+        agent_config: std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig>,
+        now: i64,
+    ) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            name: new.name,
+            namespace: namespace.into(),
+            image: new.image,
+            cpu: new.cpu,
+            memory: new.memory,
+            env: new.env,
+            desired_state: DesiredState::Running,
+            actual_state: ActualState::CreationRequested,
+            desired_state_updated_at: now,
+            actual_state_updated_at: now,
+            deployment_resource_version: None,
+            responded_to_agent_at: None,
+            force_include_all_resources: true,
+            last_reported_at: None,
+            error: None,
+            created_at: now,
+            agent_config,
+            owner: new.owner,
+        }
+    }
+}
+
 impl WorkspaceError {
     /// What to do about it, when the table in `hints` knows.
     pub fn hint(&self) -> Option<&'static str> {

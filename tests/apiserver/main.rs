@@ -5,7 +5,7 @@
 //! Each scenario has its own agent id and namespaces, so scenarios run in parallel.
 
 #[path = "../support/mod.rs"]
-mod support;
+pub mod support;
 
 mod applier;
 mod drift;

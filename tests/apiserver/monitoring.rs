@@ -65,24 +65,33 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported() {
     let stub = StubControlPlane::start(Script::with_intervals(300, 1)).await;
     let agent = AgentProcess::start(env(), &unique_id("mo"), &stub.url, &[]);
     stub.wait_for("a cycle", 0, Duration::from_secs(60), |_| true).await;
-    let metrics = eventually("the intervals exported", Duration::from_secs(30), || {
-        let metrics = agent.metrics();
-        metrics.contains("wsync_sync_interval_seconds{").then_some(metrics)
-    })
-    .await;
-    // Families, by their TYPE lines: a counter's samples end in _total, a histogram's in
-    // _bucket, _sum and _count.
-    let families: BTreeSet<&str> =
-        metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
-    let exported = |name: &str| {
-        ["", "_total", "_bucket", "_sum", "_count"]
-            .iter()
-            .any(|suffix| name.strip_suffix(suffix).is_some_and(|family| families.contains(family)))
-    };
     let wanted: BTreeSet<String> =
         named(&read("prometheusrule.yaml")).union(&named(&read("grafana-dashboard.json"))).cloned().collect();
     assert!(wanted.len() >= 10, "{wanted:?}");
-    let missing: Vec<&String> = wanted.iter().filter(|name| !exported(name)).collect();
+    // Families, by their TYPE lines: a counter's samples end in _total, a histogram's in
+    // _bucket, _sum and _count. The first cycle's own metrics appear when it ends, a moment
+    // after the control plane answered it: wait for them, and name what stays missing.
+    let missing = |metrics: &str| -> Vec<String> {
+        let families: BTreeSet<&str> =
+            metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+        let exported = |name: &str| {
+            ["", "_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .any(|suffix| name.strip_suffix(suffix).is_some_and(|family| families.contains(family)))
+        };
+        wanted.iter().filter(|name| !exported(name)).cloned().collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut metrics, mut missing_now) = (agent.metrics(), Vec::new());
+    while std::time::Instant::now() < deadline {
+        metrics = agent.metrics();
+        missing_now = missing(&metrics);
+        if missing_now.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let missing = missing_now;
     assert!(missing.is_empty(), "named but not exported: {missing:?}\n{metrics}");
 }
 

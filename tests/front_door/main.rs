@@ -3,7 +3,7 @@
 //! headless Chromium, timeouts, TLS, and agent tokens rotated and revoked.
 
 #[path = "../support/mod.rs"]
-mod support;
+pub mod support;
 
 use reqwest::StatusCode;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! and it is not.
 
 #[path = "../support/mod.rs"]
-mod support;
+pub mod support;
 
 mod in_cluster;
 mod lifecycle;

@@ -108,35 +108,33 @@ fn the_control_planes_config_passes_the_agents_apply_policy() {
     use wsync::agent::policy::plan::{ApplyPolicy, plan};
     use wsync::control_plane::decisions::agent_config::AgentConfig;
     use wsync::control_plane::decisions::config_builder::{Resources, WorkspaceSpec, build};
-    let spec = WorkspaceSpec {
-        name: "alice".into(),
-        namespace: "wsync-1-alice".into(),
-        image: "busybox:1.36".into(),
+    use wsync::control_plane::model::{NewWorkspace, Workspace};
+    let new = NewWorkspace {
         cpu: Some("500m".into()),
         memory: Some("256Mi".into()),
-        env: Default::default(),
-        agent_id: "1".into(),
-        label_key: wsync::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY.into(),
-        image_pull_secrets: vec!["regcred".into()],
-        config: AgentConfig::before_settings(),
+        ..NewWorkspace::new("alice", "busybox:1.36")
     };
+    let alice = Workspace::created("1", "wsync-1-alice", new, AgentConfig::before_settings().into(), 0);
+    let pull_secrets = [ImagePullSecret { name: "regcred".into(), namespace: "registry".into() }];
     let policy = ApplyPolicy::new(DEFAULT_ALLOWED_KINDS.iter().copied(), "wsync-system");
-    let members = |spec: &WorkspaceSpec, resources| {
-        let config = build(spec, DesiredState::Running, resources).expect("config");
+    let members = |workspace: &Workspace, resources| {
+        let label_key = wsync::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
+        let spec = WorkspaceSpec { workspace, label_key, image_pull_secrets: &pull_secrets };
+        let config = build(&spec, DesiredState::Running, resources).expect("config");
         let objects = wsync::yaml::parse_objects(&config).expect("yaml");
         let plans = plan(objects, "wsync-1-alice", &policy, |_| true).expect("the agent accepts it");
         let mut sizes: Vec<usize> = plans.iter().map(|p| p.members.len()).collect();
         sizes.sort();
         sizes
     };
-    assert_eq!(members(&spec, Resources::All), [4]);
+    assert_eq!(members(&alice, Resources::All), [4]);
     // With GitLab's settings: its NetworkPolicy and ResourceQuota, labels and annotations.
     let config = AgentConfig::parse(
         "max_resources_per_workspace: {limits: {cpu: '2', memory: 4Gi}, requests: {cpu: '1', memory: 1Gi}}\n\
          labels: {tier: dev}\nannotations: {team: eng}\n",
     )
     .expect("a GitLab agent config");
-    let gitlab = WorkspaceSpec { config, ..spec };
+    let gitlab = Workspace { agent_config: config.into(), ..alice.clone() };
     // And the environment's Secret in an inventory of its own, sent with all resources only.
     assert_eq!(members(&gitlab, Resources::All), [1, 6]);
     assert_eq!(members(&gitlab, Resources::Partial), [6]);

@@ -3,8 +3,7 @@
 //! `hack/local-postgres.sh`; a missing one fails the run, never skips.
 
 #[path = "../support/postgres.rs"]
-#[allow(dead_code)] // the restart and its lock are the front door's
-mod postgres;
+pub mod postgres;
 
 mod concurrency;
 mod records;

@@ -33,7 +33,6 @@ impl AgentProcess {
     }
 
     /// Start an agent with these environment variables set too.
-    #[allow(dead_code)] // not every test binary's
     pub fn start_with_vars(
         env: &TestEnv,
         id: &str,

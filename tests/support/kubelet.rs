@@ -94,7 +94,6 @@ fn containers(pod: &Pod) -> Vec<(String, String)> {
 }
 
 /// The status a kubelet writes for `pod` once pulling its image backs off.
-#[allow(dead_code)] // the bench's
 pub fn image_pull_back_off(pod: &Pod) -> Value {
     let containers = containers(pod);
     let image = containers.first().map(|(_, image)| image.clone()).unwrap_or_default();

@@ -1,6 +1,6 @@
-//! Test support for the real-apiserver tier: the local cluster, the real `wsync` binary as a
-//! child process, kubectl, the audit log, and a scripted control-plane stub.
-#![allow(dead_code)]
+//! Test support for the tiers: the local cluster, the real `wsync` binary as a child process,
+//! kubectl, the audit log, and a scripted control-plane stub. Each binary declares it
+//! `pub mod support`: it is a library of helpers, each binary using its part.
 
 pub mod agent;
 pub mod browser;

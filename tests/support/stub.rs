@@ -123,7 +123,6 @@ impl Script {
 
     /// What the script answers, minus the workspaces reported with an error: their errors
     /// stay unacknowledged.
-    #[allow(dead_code)] // not every test binary's
     pub fn respond_unacknowledged(&self, request: &ReconcileRequest) -> ReconcileResponse {
         let mut response = self.respond(request);
         let erred: Vec<(&str, &str)> = request

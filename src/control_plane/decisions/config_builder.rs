@@ -9,30 +9,24 @@
 //! as the apiserver prints them and no field is set that the server would default differently,
 //! so re-applying an unchanged config changes no resourceVersion.
 
-use super::agent_config::AgentConfig;
 pub use super::rules::Resources;
-use crate::protocol::DesiredState;
+use crate::control_plane::model::Workspace;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION, PARTIAL_RECONCILIATION_ANNOTATION};
+use crate::protocol::{DesiredState, ImagePullSecret};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 
 /// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
 pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkspaceSpec {
-    pub name: String,
-    pub namespace: String,
-    pub image: String,
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    pub env: BTreeMap<String, String>,
-    pub agent_id: String,
-    pub label_key: String,
-    /// Names of the pull secrets the agent copies into the namespace.
-    pub image_pull_secrets: Vec<String>,
-    /// The agent's settings when the workspace was created.
-    pub config: AgentConfig,
+/// What a workspace's config is built from: the workspace as stored (with the agent's settings
+/// frozen at its creation), and what its agent adds now.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkspaceSpec<'a> {
+    pub workspace: &'a Workspace,
+    /// The label that marks the agent's objects (`agent.gitlab.com/id` by default).
+    pub label_key: &'a str,
+    /// The pull secrets the agent copies into the namespace.
+    pub image_pull_secrets: &'a [ImagePullSecret],
 }
 
 /// The inventory's id, which is also its ConfigMap's name: GitLab's `<name>-workspace-inventory`,
@@ -58,23 +52,25 @@ pub fn env_secret_name(name: &str) -> String {
 
 /// The config for one workspace in its desired state.
 pub fn build(
-    spec: &WorkspaceSpec,
+    spec: &WorkspaceSpec<'_>,
     desired: DesiredState,
     resources: Resources,
 ) -> Result<String, serde_saphyr::SerializeError> {
-    let inventory = inventory_id(&spec.agent_id, &spec.name);
-    let secrets_inventory = secrets_inventory_id(&spec.agent_id, &spec.name);
-    let env_in_secret = !spec.config.inline_env;
+    let workspace = spec.workspace;
+    let config = &*workspace.agent_config;
+    let inventory = inventory_id(&workspace.agent_id, &workspace.name);
+    let secrets_inventory = secrets_inventory_id(&workspace.agent_id, &workspace.name);
+    let env_in_secret = !config.inline_env;
     // The operator's labels and annotations first, so that wsync's own keys always win.
     let mut labels: serde_json::Map<String, Value> =
-        spec.config.labels.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-    labels.insert(spec.label_key.clone(), Value::from(spec.agent_id.as_str()));
-    labels.insert("app.kubernetes.io/name".into(), Value::from(spec.name.as_str()));
+        config.labels.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    labels.insert(spec.label_key.to_string(), Value::from(workspace.agent_id.as_str()));
+    labels.insert("app.kubernetes.io/name".into(), Value::from(workspace.name.as_str()));
     labels.insert("app.kubernetes.io/managed-by".into(), Value::from("wsync"));
     let labels = Value::Object(labels);
     let annotations = |owner: Option<&str>, partial: bool| {
         let mut annotations: serde_json::Map<String, Value> =
-            spec.config.annotations.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+            config.annotations.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
         if let Some(owner) = owner {
             annotations.insert(OWNING_INVENTORY_ANNOTATION.into(), Value::from(owner));
         }
@@ -83,15 +79,15 @@ pub fn build(
         }
         Value::Object(annotations)
     };
-    let member_meta = |name: &str| json!({ "name": name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(&inventory), true) });
+    let member_meta = |name: &str| json!({ "name": name, "namespace": workspace.namespace, "labels": labels, "annotations": annotations(Some(&inventory), true) });
     let inventory_document = |id: &str, partial: bool| {
         let mut document = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
                 "name": id,
-                "namespace": spec.namespace,
-                "labels": { INVENTORY_ID_LABEL: id, &spec.label_key: spec.agent_id },
+                "namespace": workspace.namespace,
+                "labels": { INVENTORY_ID_LABEL: id, spec.label_key: workspace.agent_id },
             },
         });
         // As GitLab writes it; an old workspace's inventory is written as it was.
@@ -109,27 +105,27 @@ pub fn build(
         return to_stream(&[vec![inventory_document(&inventory, true)], secrets].concat());
     }
     if let Some(inventory) = secrets.first().map(|_| secrets_inventory.as_str()) {
-        let data: serde_json::Map<String, Value> = spec.env.iter().map(|(k, v)| (k.clone(), base64(v))).collect();
-        let metadata = json!({ "name": env_secret_name(&spec.name), "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(inventory), false) });
+        let data: serde_json::Map<String, Value> = workspace.env.iter().map(|(k, v)| (k.clone(), base64(v))).collect();
+        let metadata = json!({ "name": env_secret_name(&workspace.name), "namespace": workspace.namespace, "labels": labels, "annotations": annotations(Some(inventory), false) });
         secrets.push(json!({ "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data }));
     }
-    let selector = json!({ "app.kubernetes.io/name": spec.name });
+    let selector = json!({ "app.kubernetes.io/name": workspace.name });
     let mut resources = serde_json::Map::new();
-    if let Some(cpu) = &spec.cpu {
+    if let Some(cpu) = &workspace.cpu {
         resources.insert("cpu".into(), Value::from(cpu.as_str()));
     }
-    if let Some(memory) = &spec.memory {
+    if let Some(memory) = &workspace.memory {
         resources.insert("memory".into(), Value::from(memory.as_str()));
     }
     let own = (!resources.is_empty()).then(|| json!({ "requests": resources.clone(), "limits": resources }));
-    let resources = spec.config.container_resources(own).unwrap_or_else(|| json!({}));
+    let resources = config.container_resources(own).unwrap_or_else(|| json!({}));
     let env: Vec<Value> = match env_in_secret {
         true => Vec::new(),
-        false => spec.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect(),
+        false => workspace.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect(),
     };
     let mut container = json!({
         "name": "workspace",
-        "image": spec.image,
+        "image": workspace.image,
         "ports": [{ "containerPort": 8080, "name": "ide", "protocol": "TCP" }],
         "volumeMounts": [{ "mountPath": "/home/workspace", "name": "home" }],
     });
@@ -137,29 +133,29 @@ pub fn build(
         container["env"] = Value::from(env);
     }
     if env_in_secret {
-        container["envFrom"] = json!([{ "secretRef": { "name": env_secret_name(&spec.name) } }]);
+        container["envFrom"] = json!([{ "secretRef": { "name": env_secret_name(&workspace.name) } }]);
     }
     if resources != json!({}) {
         container["resources"] = resources;
     }
     let mut pod_spec = json!({
-        "serviceAccountName": spec.name,
+        "serviceAccountName": workspace.name,
         "containers": [container],
-        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", spec.name) } }],
+        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", workspace.name) } }],
     });
     if !spec.image_pull_secrets.is_empty() {
-        let names: Vec<Value> = spec.image_pull_secrets.iter().map(|name| json!({ "name": name })).collect();
+        let names: Vec<Value> = spec.image_pull_secrets.iter().map(|secret| json!({ "name": secret.name })).collect();
         pod_spec["imagePullSecrets"] = Value::from(names);
     }
     if let Some(pod_spec) = pod_spec.as_object_mut() {
-        spec.config.apply_to_pod(pod_spec);
+        config.apply_to_pod(pod_spec);
     }
     let mut documents = vec![
         inventory_document(&inventory, true),
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": member_meta(&spec.name),
+            "metadata": member_meta(&workspace.name),
             "spec": {
                 "replicas": crate::control_plane::decisions::rules::replicas(desired),
                 "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
@@ -174,7 +170,7 @@ pub fn build(
         json!({
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": member_meta(&spec.name),
+            "metadata": member_meta(&workspace.name),
             "spec": {
                 "selector": selector,
                 "ports": [{ "name": "ide", "port": 80, "protocol": "TCP", "targetPort": 8080 }],
@@ -183,7 +179,7 @@ pub fn build(
         json!({
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": member_meta(&format!("{}-home", spec.name)),
+            "metadata": member_meta(&format!("{}-home", workspace.name)),
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
                 "resources": { "requests": { "storage": "1Gi" } },
@@ -192,21 +188,21 @@ pub fn build(
         json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": member_meta(&spec.name),
+            "metadata": member_meta(&workspace.name),
             "automountServiceAccountToken": false,
         }),
     ];
-    if let Some(policy) = spec.config.network_policy_spec(&selector) {
+    if let Some(policy) = config.network_policy_spec(&selector) {
         documents.push(json!({
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
-            "metadata": member_meta(&spec.name),
+            "metadata": member_meta(&workspace.name),
             "spec": policy,
         }));
     }
-    if let Some(hard) = spec.config.resource_quota_hard() {
+    if let Some(hard) = config.resource_quota_hard() {
         // As GitLab: the quota is left out of partial reconciliation.
-        let metadata = json!({ "name": spec.name, "namespace": spec.namespace, "labels": labels, "annotations": annotations(Some(&inventory), false) });
+        let metadata = json!({ "name": workspace.name, "namespace": workspace.namespace, "labels": labels, "annotations": annotations(Some(&inventory), false) });
         documents.push(
             json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata, "spec": { "hard": hard } }),
         );

@@ -161,7 +161,11 @@ pub fn decide(
         }
         let config_to_apply = if selection.include_config(request.update_type) {
             config_builder::build(
-                &spec(workspace, agent, &config.label_key),
+                &WorkspaceSpec {
+                    workspace,
+                    label_key: &config.label_key,
+                    image_pull_secrets: &agent.image_pull_secrets,
+                },
                 workspace.desired_state,
                 selection.resources(request.update_type),
             )
@@ -229,21 +233,6 @@ fn apply_lifecycle(
         tracing::warn!(agent = %agent.id, terminated = terminations, waiting = deferred, budget,
             "the lifecycle rules would terminate more workspaces than one reconcile may; the rest wait \
              (a clock that jumped ahead? see --lifecycle-max-terminated-percent)");
-    }
-}
-
-fn spec(workspace: &Workspace, agent: &Agent, label_key: &str) -> WorkspaceSpec {
-    WorkspaceSpec {
-        name: workspace.name.clone(),
-        namespace: workspace.namespace.clone(),
-        image: workspace.image.clone(),
-        cpu: workspace.cpu.clone(),
-        memory: workspace.memory.clone(),
-        env: workspace.env.clone(),
-        agent_id: agent.id.clone(),
-        label_key: label_key.to_string(),
-        image_pull_secrets: agent.image_pull_secrets.iter().map(|s| s.name.clone()).collect(),
-        config: workspace.agent_config.as_ref().clone(),
     }
 }
 

@@ -1,43 +1,56 @@
 use super::*;
+use crate::control_plane::decisions::agent_config::AgentConfig;
+use crate::control_plane::model::NewWorkspace;
+use std::collections::BTreeMap;
 
-fn spec() -> WorkspaceSpec {
-    WorkspaceSpec {
-        name: "alice".into(),
-        namespace: "wsync-1-alice".into(),
-        image: "busybox:1.36".into(),
+/// alice on agent 1, created before agent settings existed.
+fn workspace() -> Workspace {
+    let new = NewWorkspace {
         cpu: Some("500m".into()),
         memory: Some("256Mi".into()),
         env: BTreeMap::from([("EDITOR".into(), "vim".into())]),
-        agent_id: "1".into(),
-        label_key: "agent.gitlab.com/id".into(),
-        image_pull_secrets: vec![],
-        config: AgentConfig::before_settings(),
-    }
+        ..NewWorkspace::new("alice", "busybox:1.36")
+    };
+    Workspace::created("1", "wsync-1-alice", new, AgentConfig::before_settings().into(), 0)
+}
+
+fn with_settings(config: AgentConfig) -> Workspace {
+    Workspace { agent_config: config.into(), ..workspace() }
+}
+
+/// The config of `workspace` on agent 1, with these pull secrets.
+fn config_of(
+    workspace: &Workspace,
+    pull_secrets: &[ImagePullSecret],
+    desired: DesiredState,
+    resources: Resources,
+) -> String {
+    let spec = WorkspaceSpec { workspace, label_key: "agent.gitlab.com/id", image_pull_secrets: pull_secrets };
+    build(&spec, desired, resources).unwrap()
 }
 
 #[test]
 fn pods_name_the_copied_pull_secrets_only_when_there_are_some() {
-    let pod = |spec: &WorkspaceSpec| {
-        let objects = crate::yaml::parse_objects(&build(spec, DesiredState::Running, Resources::All).unwrap()).unwrap();
-        objects[1].data["spec"]["template"]["spec"].clone()
+    let pod = |secrets: &[ImagePullSecret]| {
+        let config = config_of(&workspace(), secrets, DesiredState::Running, Resources::All);
+        crate::yaml::parse_objects(&config).unwrap()[1].data["spec"]["template"]["spec"].clone()
     };
-    assert!(pod(&spec()).get("imagePullSecrets").is_none(), "no empty list the server would drop");
-    let with = WorkspaceSpec { image_pull_secrets: vec!["regcred".into()], ..spec() };
-    assert_eq!(pod(&with)["imagePullSecrets"], serde_json::json!([{ "name": "regcred" }]));
+    assert!(pod(&[]).get("imagePullSecrets").is_none(), "no empty list the server would drop");
+    let regcred = ImagePullSecret { name: "regcred".into(), namespace: "registry".into() };
+    assert_eq!(pod(&[regcred])["imagePullSecrets"], serde_json::json!([{ "name": "regcred" }]));
 }
 
 #[test]
 fn the_same_input_gives_the_same_bytes() {
     assert_eq!(
-        build(&spec(), DesiredState::Running, Resources::All).unwrap(),
-        build(&spec(), DesiredState::Running, Resources::All).unwrap()
+        config_of(&workspace(), &[], DesiredState::Running, Resources::All),
+        config_of(&workspace(), &[], DesiredState::Running, Resources::All)
     );
 }
 
 #[test]
 fn replicas_follow_the_desired_state() {
-    let objects = |desired| crate::yaml::parse_objects(&build(&spec(), desired, Resources::All).unwrap()).unwrap();
-    let replicas = |desired| objects(desired)[1].data["spec"]["replicas"].as_i64();
+    let replicas = |desired| objects(&workspace(), desired, Resources::All)[1].data["spec"]["replicas"].as_i64();
     assert_eq!(replicas(DesiredState::Running), Some(1));
     assert_eq!(replicas(DesiredState::Stopped), Some(0));
     assert_eq!(replicas(DesiredState::RestartRequested), Some(0));
@@ -52,7 +65,7 @@ fn inventory_ids_are_unique_per_agent() {
 
 #[test]
 fn every_member_belongs_to_the_one_inventory() {
-    let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running, Resources::All).unwrap()).unwrap();
+    let objects = objects(&workspace(), DesiredState::Running, Resources::All);
     let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
     assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "PersistentVolumeClaim", "ServiceAccount"]);
     for member in &objects[1..] {
@@ -72,8 +85,8 @@ fn gitlabs_settings_add_its_network_policy_quota_labels_and_resources() {
          labels: {tier: dev, agent.gitlab.com/id: forged}\nannotations: {team: eng}\n",
     )
     .unwrap();
-    let spec = WorkspaceSpec { cpu: None, memory: None, config, ..spec() };
-    let objects = crate::yaml::parse_objects(&build(&spec, DesiredState::Running, Resources::All).unwrap()).unwrap();
+    let workspace = Workspace { cpu: None, memory: None, ..with_settings(config) };
+    let objects = objects(&workspace, DesiredState::Running, Resources::All);
     let kinds: Vec<String> = objects.iter().map(|o| o.types.as_ref().unwrap().kind.clone()).collect();
     assert_eq!(
         kinds,
@@ -107,10 +120,8 @@ fn gitlabs_settings_add_its_network_policy_quota_labels_and_resources() {
 #[test]
 fn runtime_class_user_namespaces_and_escalation_reach_the_pod() {
     let pod = |config: AgentConfig| {
-        let spec = WorkspaceSpec { config, ..spec() };
-        let objects =
-            crate::yaml::parse_objects(&build(&spec, DesiredState::Running, Resources::All).unwrap()).unwrap();
-        objects[1].data["spec"]["template"]["spec"].clone()
+        objects(&with_settings(config), DesiredState::Running, Resources::All)[1].data["spec"]["template"]["spec"]
+            .clone()
     };
     let before = pod(AgentConfig::before_settings());
     assert!(before.get("runtimeClassName").is_none() && before.get("hostUsers").is_none());
@@ -134,24 +145,23 @@ fn runtime_class_user_namespaces_and_escalation_reach_the_pod() {
 
 #[test]
 fn a_terminated_workspace_gets_its_inventory_alone() {
-    let objects =
-        crate::yaml::parse_objects(&build(&spec(), DesiredState::Terminated, Resources::All).unwrap()).unwrap();
+    let objects = objects(&workspace(), DesiredState::Terminated, Resources::All);
     assert_eq!(objects.len(), 1);
     assert_eq!(objects[0].metadata.name.as_deref(), Some(inventory_id("1", "alice").as_str()));
 }
 
 #[test]
 fn a_rollout_has_a_progress_deadline() {
-    let objects = crate::yaml::parse_objects(&build(&spec(), DesiredState::Running, Resources::All).unwrap()).unwrap();
+    let objects = objects(&workspace(), DesiredState::Running, Resources::All);
     assert_eq!(objects[1].data["spec"]["progressDeadlineSeconds"], PROGRESS_DEADLINE_SECONDS);
 }
 
-fn gitlab_spec(settings: &str) -> WorkspaceSpec {
-    WorkspaceSpec { config: AgentConfig::parse(settings).unwrap(), ..spec() }
+fn gitlab(settings: &str) -> Workspace {
+    with_settings(AgentConfig::parse(settings).unwrap())
 }
 
-fn objects(spec: &WorkspaceSpec, desired: DesiredState, resources: Resources) -> Vec<kube::api::DynamicObject> {
-    crate::yaml::parse_objects(&build(spec, desired, resources).unwrap()).unwrap()
+fn objects(workspace: &Workspace, desired: DesiredState, resources: Resources) -> Vec<kube::api::DynamicObject> {
+    crate::yaml::parse_objects(&config_of(workspace, &[], desired, resources)).unwrap()
 }
 
 fn find<'a>(objects: &'a [kube::api::DynamicObject], kind: &str, name: &str) -> Option<&'a kube::api::DynamicObject> {
@@ -162,7 +172,7 @@ fn find<'a>(objects: &'a [kube::api::DynamicObject], kind: &str, name: &str) -> 
 
 #[test]
 fn the_environment_is_a_secret_of_its_own_inventory_sent_with_all_resources_only() {
-    let spec = gitlab_spec("{}");
+    let spec = gitlab("{}");
     let all = objects(&spec, DesiredState::Running, Resources::All);
     let container = &all[1].data["spec"]["template"]["spec"]["containers"][0];
     assert!(container.get("env").is_none(), "no value inline: {container}");
@@ -185,7 +195,7 @@ fn the_environment_is_a_secret_of_its_own_inventory_sent_with_all_resources_only
 
 #[test]
 fn a_workspace_from_before_settings_keeps_its_environment_inline() {
-    let objects = objects(&spec(), DesiredState::Running, Resources::All);
+    let objects = objects(&workspace(), DesiredState::Running, Resources::All);
     let container = &objects[1].data["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["env"], json!([{ "name": "EDITOR", "value": "vim" }]));
     assert!(container.get("envFrom").is_none() && find(&objects, "Secret", "alice-env-var").is_none());
@@ -194,7 +204,7 @@ fn a_workspace_from_before_settings_keeps_its_environment_inline() {
 
 #[test]
 fn a_terminated_workspace_gets_both_its_inventories_empty() {
-    let spec = gitlab_spec("{}");
+    let spec = gitlab("{}");
     let terminated = objects(&spec, DesiredState::Terminated, Resources::All);
     let names: Vec<_> = terminated.iter().filter_map(|o| o.metadata.name.clone()).collect();
     assert_eq!(names, [inventory_id("1", "alice"), secrets_inventory_id("1", "alice")]);
@@ -203,7 +213,7 @@ fn a_terminated_workspace_gets_both_its_inventories_empty() {
 
 #[test]
 fn in_a_shared_namespace_there_is_no_quota_and_the_policy_selects_the_workspaces_pods() {
-    let spec = WorkspaceSpec { namespace: "workspaces".into(), ..gitlab_spec("shared_namespace: workspaces\n") };
+    let spec = Workspace { namespace: "workspaces".into(), ..gitlab("shared_namespace: workspaces\n") };
     let objects = objects(&spec, DesiredState::Running, Resources::All);
     assert!(objects.iter().all(|o| o.types.as_ref().is_some_and(|t| t.kind != "ResourceQuota")));
     let policy = find(&objects, "NetworkPolicy", "alice").expect("the policy");
