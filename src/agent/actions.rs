@@ -248,7 +248,10 @@ async fn follow_up(ctx: &Context, key: &WorkspaceKey, recorded: Recorded, failur
             ctx.persist_logged().await;
             warn(ctx, key, "ApplyFailed", "Apply", failure.unwrap_or_default()).await;
         }
-        FollowUp::ReportAgain => report_again(ctx, key),
+        FollowUp::PersistAndReportAgain => {
+            report_again(ctx, key);
+            ctx.persist_logged().await;
+        }
         FollowUp::Nothing => {}
     }
 }

@@ -108,9 +108,10 @@ pub enum FollowUp {
     Nothing,
     /// Write the ledger at once (a kill -9 right after loses nothing), and emit a Warning Event.
     PersistAndWarn,
-    /// The control plane may still show the old error: report the workspace again, as one it
-    /// has not seen at this version (a report without error_details clears the error).
-    ReportAgain,
+    /// The control plane may still show the old error: write the ledger at once (a restart
+    /// must not bring the failure back), and report the workspace again, as one it has not
+    /// seen at this version (a report without error_details clears the error).
+    PersistAndReportAgain,
 }
 
 impl Recorded {
@@ -127,7 +128,7 @@ impl Recorded {
     pub fn follow_up(self) -> FollowUp {
         match self {
             Recorded::Failed => FollowUp::PersistAndWarn,
-            Recorded::Recovered => FollowUp::ReportAgain,
+            Recorded::Recovered => FollowUp::PersistAndReportAgain,
             Recorded::Healthy | Recorded::Stale | Recorded::StillFailing => FollowUp::Nothing,
         }
     }
@@ -335,11 +336,17 @@ impl ErrorTracker {
 
     /// Load a failure from the ledger. Restored versions keep their old epoch, so any new
     /// apply (under the new epoch) supersedes them.
+    /// Of two records for one workspace (a hand-edited status), the newer version wins.
     pub fn restore(&mut self, key: WorkspaceKey, held: Held) {
         if held.failure.workload.is_some() {
-            self.workloads.insert(key, held);
+            if self.workloads.get(&key).is_none_or(|current| current.version < held.version) {
+                self.workloads.insert(key, held);
+            }
         } else {
-            self.entries.insert(key, Applies { failed: Some(held), in_flight: None });
+            let current = self.entries.get(&key).and_then(|applies| applies.failed.as_ref());
+            if current.is_none_or(|current| current.version < held.version) {
+                self.entries.insert(key, Applies { failed: Some(held), in_flight: None });
+            }
         }
     }
 

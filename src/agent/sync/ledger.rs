@@ -49,18 +49,26 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Load the ledger a previous run left behind, under a new epoch. Pending errors come back;
-    /// in-flight applies were never persisted, and the first full cycle re-applies them.
+    /// Load the ledger a previous run left behind, under a new epoch. The failures that held
+    /// come back, acknowledged or not; in-flight applies were never persisted, and the first
+    /// full cycle re-applies them. A record the status cannot back (an unreadable workspace or
+    /// version, a message index that points nowhere) is skipped: an empty error would otherwise
+    /// hold until an apply succeeded.
     pub fn restore(status: Option<&WorkspaceSyncStatusStatus>) -> Self {
         let default = WorkspaceSyncStatusStatus::default();
         let status = status.unwrap_or(&default);
-        let mut errors = ErrorTracker::new(status.epoch + 1);
+        let mut errors = ErrorTracker::new(status.epoch.saturating_add(1));
         for record in &status.pending_errors {
             let (Some(key), Ok(version)) = (WorkspaceKey::parse(&record.workspace), record.version.parse()) else {
                 tracing::warn!(workspace = %record.workspace, "skipping an unreadable pending error in the ledger");
                 continue;
             };
-            let message = status.error_messages.get(record.message as usize).cloned().unwrap_or_default();
+            let Some(message) =
+                usize::try_from(record.message).ok().and_then(|i| status.error_messages.get(i)).cloned()
+            else {
+                tracing::warn!(workspace = %record.workspace, "skipping a pending error whose message is missing from the ledger");
+                continue;
+            };
             let failure = Failure {
                 error_type: record.error_type,
                 workload: (record.error_type == ErrorType::Kubernetes)
@@ -161,7 +169,7 @@ impl Ledger {
         self.revision
     }
 
-    /// A full cycle starts from scratch, as a fresh start would, except for unacknowledged errors.
+    /// A full cycle starts from scratch, as a fresh start would, except for the errors that hold.
     pub fn reset_for_full(&mut self) {
         self.revision += 1;
         self.acknowledged.clear();

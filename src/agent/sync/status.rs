@@ -120,7 +120,8 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// The errors the status can hold within its size budget, newest first kept, in
+    /// The errors the status can hold within its size budget, the unacknowledged and then the
+    /// newest kept first, in
     /// the tracker's stable order. Sizes are estimated from the serialized form.
     fn newest_within_budget<'a>(
         &self,
@@ -131,7 +132,12 @@ impl Ledger {
             + self.acknowledged().iter().map(|(key, rv)| key_bytes(key) + rv.len() + 4).sum::<usize>()
             + self.terminations().keys().map(|key| key_bytes(key) + 16).sum::<usize>();
         let mut left = STATUS_BUDGET_BYTES.saturating_sub(fixed);
-        held.sort_by(|a, b| b.1.failure.first_seen.cmp(&a.1.failure.first_seen).then_with(|| a.0.cmp(b.0)));
+        // Unacknowledged first (the control plane has not seen them), then the newest.
+        held.sort_by(|a, b| {
+            (a.1.acknowledged.cmp(&b.1.acknowledged))
+                .then_with(|| b.1.failure.first_seen.cmp(&a.1.failure.first_seen))
+                .then_with(|| a.0.cmp(b.0))
+        });
         let mut messages: HashSet<&str> = HashSet::new();
         let mut kept = Vec::new();
         for entry in held {

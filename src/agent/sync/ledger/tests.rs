@@ -1,5 +1,5 @@
 use super::*;
-use crate::crd::CONDITION_LEDGER_TRUNCATED;
+use crate::crd::{CONDITION_LEDGER_TRUNCATED, PendingErrorRecord};
 
 #[test]
 fn a_pathological_error_set_keeps_the_newest_errors_within_the_budget() {
@@ -129,4 +129,51 @@ fn an_unacknowledged_workload_failure_survives_a_restart_as_the_workloads() {
     use crate::agent::sync::error_tracker::Recorded;
     assert_eq!(restored.errors_mut().observe_workload(&key, pull, at(1)), Recorded::StillFailing, "not twice");
     assert_eq!(restored.errors_mut().observe_workload(&key, None, at(2)), Recorded::Recovered, "and it can end");
+}
+
+#[test]
+fn past_the_budget_the_unacknowledged_are_kept_before_the_newest_acknowledged() {
+    let mut ledger = Ledger::restore(None);
+    for i in 0..1500 {
+        let key = WorkspaceKey::new(format!("ns-{i}"), "ws");
+        let version = ledger.errors_mut().begin(&key);
+        let message = format!("{i:04} {}", "x".repeat(1000));
+        ledger.errors_mut().record(&key, version, Err(ApplyError::applier(message)), at(i));
+        // The oldest 300 the control plane has not seen; the newer ones it has.
+        if i >= 300 {
+            ledger.errors_mut().acknowledge(&key, version);
+        }
+    }
+    let status = ledger.to_status(1500, &[], at(2000));
+    let unacknowledged = status.pending_errors.iter().filter(|r| !r.acknowledged).count();
+    assert_eq!(unacknowledged, 300, "every error the control plane has not seen survives a restart");
+    assert!(status.pending_errors.len() < 1500 && status.error_count == 1500);
+}
+
+#[test]
+fn a_restored_record_needs_its_message_and_the_newer_of_two_wins() {
+    let record = |workspace: &str, version: &str, message: u32, acknowledged| PendingErrorRecord {
+        workspace: workspace.into(),
+        error_type: ErrorType::Applier,
+        version: version.into(),
+        first_seen: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)),
+        message,
+        acknowledged,
+    };
+    let status = WorkspaceSyncStatusStatus {
+        pending_errors: vec![
+            record("ns/newer", "1.7", 0, false),
+            record("ns/newer", "1.3", 0, true),
+            record("ns/pointless", "1.4", 9, true),
+        ],
+        error_messages: vec!["boom".into()],
+        epoch: u64::MAX,
+        ..Default::default()
+    };
+    let restored = Ledger::restore(Some(&status));
+    let held = restored.errors().held();
+    let versions: Vec<(String, String, bool)> =
+        held.iter().map(|(key, held)| (key.to_string(), held.version.to_string(), held.acknowledged)).collect();
+    assert_eq!(versions, [("ns/newer".to_string(), "1.7".to_string(), false)], "no empty error is restored");
+    assert_eq!(restored.errors().epoch(), u64::MAX, "an epoch at its end stays there");
 }

@@ -4,8 +4,9 @@
 //! outcome is a failure, with that failure's message (issue 35).
 //!
 //! The agent's side is the real `plan`, `settle`, `clean_after_answer`, error tracker and
-//! ledger round trip through the status; the glue `actions.rs` adds (a recovery reported
-//! again, a failure retried) is played as it plays it. The control plane keeps what Rails
+//! ledger round trip through the status as last written; the glue `actions.rs` adds (a
+//! recovery reported again, a failure retried, the status written at once on a new failure or
+//! a recovery, and at each cycle's end) is played as it plays it. The control plane keeps what Rails
 //! keeps: an error while reports carry one, cleared by a report without.
 
 use super::*;
@@ -91,6 +92,8 @@ struct Workspace {
 
 struct Model {
     ledger: Ledger,
+    /// The status as last written: what a restart restores.
+    persisted: crate::crd::WorkspaceSyncStatusStatus,
     dirty: BTreeSet<usize>,
     workspaces: Vec<Workspace>,
     must_be_full: bool,
@@ -103,7 +106,8 @@ fn key(w: usize) -> WorkspaceKey {
 impl Model {
     fn new() -> Self {
         let workspaces = (0..WORKSPACES).map(|_| Workspace { config_unsent: true, ..Default::default() }).collect();
-        Self { ledger: Ledger::restore(None), dirty: (0..WORKSPACES).collect(), workspaces, must_be_full: true }
+        let ledger = Ledger::restore(None);
+        Self { ledger, persisted: Default::default(), dirty: (0..WORKSPACES).collect(), workspaces, must_be_full: true }
     }
 
     fn run(&mut self, step: &Step) {
@@ -122,6 +126,7 @@ impl Model {
                 let recorded =
                     self.ledger.errors_mut().record(&key(w), version, outcome.result(), Timestamp::UNIX_EPOCH);
                 assert_ne!(recorded, Recorded::Stale, "{version} was the newest apply");
+                self.persist_as_actions_do(recorded);
                 self.workspaces[w].truth = outcome.message();
                 match outcome {
                     Outcome::Applied => self.report_again(w, recorded),
@@ -135,6 +140,7 @@ impl Model {
                 let recorded =
                     self.ledger.errors_mut().record_retry(&key(w), retried, outcome.result(), Timestamp::UNIX_EPOCH);
                 assert_ne!(recorded, Recorded::Stale, "the retry of the failure that holds");
+                self.persist_as_actions_do(recorded);
                 self.workspaces[w].truth = outcome.message();
                 if matches!(outcome, Outcome::Applied) {
                     self.workspaces[w].retrying = None;
@@ -144,8 +150,7 @@ impl Model {
                 }
             }
             Step::Restart => {
-                let status = self.ledger.to_status(WORKSPACES, &[], Timestamp::UNIX_EPOCH);
-                self.ledger = Ledger::restore(Some(&status));
+                self.ledger = Ledger::restore(Some(&self.persisted));
                 for workspace in &mut self.workspaces {
                     workspace.in_flight = None;
                     workspace.retrying = None;
@@ -155,9 +160,21 @@ impl Model {
         }
     }
 
+    /// `actions::follow_up` writes the status at once for a new failure and a recovery; every
+    /// cycle writes it at its end.
+    fn persist_as_actions_do(&mut self, recorded: Recorded) {
+        if matches!(recorded.follow_up(), FollowUp::PersistAndWarn | FollowUp::PersistAndReportAgain) {
+            self.persist();
+        }
+    }
+
+    fn persist(&mut self) {
+        self.persisted = self.ledger.to_status(WORKSPACES, &[], Timestamp::UNIX_EPOCH);
+    }
+
     /// `actions::report_again`: a recovery makes the control plane hear of the workspace.
     fn report_again(&mut self, w: usize, recorded: Recorded) {
-        if recorded.follow_up() == FollowUp::ReportAgain {
+        if recorded.follow_up() == FollowUp::PersistAndReportAgain {
             self.ledger.report_again(&key(w));
             self.dirty.insert(w);
         }
@@ -200,6 +217,7 @@ impl Model {
             self.workspaces[w].in_flight = Some((version, config));
             self.workspaces[w].retrying = None;
         }
+        self.persist();
         for (w, workspace) in self.workspaces.iter().enumerate() {
             assert_eq!(workspace.shown, workspace.truth, "workspace {w} after a {update_type:?} cycle");
         }
