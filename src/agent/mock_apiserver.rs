@@ -54,9 +54,7 @@ pub fn serve(
     let asked = Arc::new(Mutex::new(Vec::new()));
     let record = asked.clone();
     tokio::spawn(async move {
-        loop {
-            let Some(request) = handle.next_request().await else { break };
-            let (request, send) = request;
+        while let Some((request, send)) = handle.next_request().await {
             let (method, uri) = (request.method().clone(), request.uri().to_string());
             let bytes = request.into_body().collect_bytes().await.unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

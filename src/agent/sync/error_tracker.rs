@@ -15,7 +15,7 @@ use crate::agent::error::ApplyError;
 use crate::protocol::failure_reason::FailureReason;
 use crate::protocol::{ErrorDetails, ErrorType};
 use jiff::Timestamp;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 pub use crate::protocol::{MAX_MESSAGE_BYTES, cap_message, cap_message_to};
@@ -245,23 +245,32 @@ impl ErrorTracker {
     /// workload's. Every report of the workspace carries it, whatever the cycle, so that a
     /// report never clears a failure that still holds (DESIGN §2, "Error tracker").
     pub fn holding(&self, key: &WorkspaceKey) -> Option<&Held> {
-        self.entries.get(key).and_then(|applies| applies.failed.as_ref()).or_else(|| self.workloads.get(key))
+        self.apply_failure(key).or_else(|| self.workloads.get(key))
+    }
+
+    /// The latest finished apply's failure, while no later apply has succeeded.
+    fn apply_failure(&self, key: &WorkspaceKey) -> Option<&Held> {
+        self.entries.get(key).and_then(|applies| applies.failed.as_ref())
     }
 
     /// Every failure that holds, in a stable order: what the status keeps, so that a restart
     /// or a full resync still knows it.
     pub fn held(&self) -> Vec<(&WorkspaceKey, &Held)> {
         let applies = self.entries.iter().filter_map(|(key, applies)| Some((key, applies.failed.as_ref()?)));
-        let mut held: Vec<_> = applies.chain(self.workloads.iter()).collect();
+        let mut held: Vec<_> = applies.chain(&self.workloads).collect();
         held.sort_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.version.cmp(&b.1.version)));
         held
     }
 
     /// Failures the control plane has not acknowledged, one per workspace (the one that
     /// holds), in a stable order: what a cycle sends as new `error_details`.
+    /// Only failures are visited: the applies merely in flight (10,000 in a full resync) are not.
     pub fn pending(&self) -> Vec<(&WorkspaceKey, &Held)> {
-        let keys: BTreeSet<&WorkspaceKey> = self.entries.keys().chain(self.workloads.keys()).collect();
-        keys.into_iter().filter_map(|key| Some((key, self.holding(key).filter(|held| !held.acknowledged)?))).collect()
+        let applies = self.entries.iter().filter_map(|(key, applies)| Some((key, applies.failed.as_ref()?)));
+        let workloads = self.workloads.iter().filter(|(key, _)| self.apply_failure(key).is_none());
+        let mut pending: Vec<_> = applies.chain(workloads).filter(|(_, held)| !held.acknowledged).collect();
+        pending.sort_by(|a, b| a.0.cmp(b.0));
+        pending
     }
 
     pub fn pending_count(&self) -> usize {
@@ -282,8 +291,7 @@ impl ErrorTracker {
     /// The failure a retry of the workspace's last apply would settle, unless a newer apply
     /// has begun since.
     pub fn retryable(&self, key: &WorkspaceKey) -> Option<ApplyVersion> {
-        let applies = self.entries.get(key).filter(|applies| applies.in_flight.is_none())?;
-        applies.failed.as_ref().map(|held| held.version)
+        self.apply_failure(key).filter(|_| !self.in_flight(key)).map(|held| held.version)
     }
 
     /// Store a retry's result, if the failure it retried (`retryable`) still stands. A retry
@@ -296,12 +304,9 @@ impl ErrorTracker {
         result: Result<(), ApplyError>,
         now: Timestamp,
     ) -> Recorded {
-        let Some(held) = self.entries.get(key).filter(|a| a.in_flight.is_none()).and_then(|a| a.failed.as_ref()) else {
+        let Some(held) = self.apply_failure(key).filter(|held| held.version == retried && !self.in_flight(key)) else {
             return Recorded::Stale;
         };
-        if held.version != retried {
-            return Recorded::Stale;
-        }
         match result {
             Ok(()) => self.succeeded(key),
             Err(error) if cap_message(&error.message) == held.failure.message => Recorded::StillFailing,
@@ -316,7 +321,7 @@ impl ErrorTracker {
 
     /// Whether the failure that holds is one retrying cannot heal (`ApplyError::lasting`).
     pub fn is_lasting(&self, key: &WorkspaceKey) -> bool {
-        self.entries.get(key).and_then(|applies| applies.failed.as_ref()).is_some_and(|held| held.failure.lasting)
+        self.apply_failure(key).is_some_and(|held| held.failure.lasting)
     }
 
     pub fn in_flight(&self, key: &WorkspaceKey) -> bool {
@@ -343,8 +348,7 @@ impl ErrorTracker {
                 self.workloads.insert(key, held);
             }
         } else {
-            let current = self.entries.get(&key).and_then(|applies| applies.failed.as_ref());
-            if current.is_none_or(|current| current.version < held.version) {
+            if self.apply_failure(&key).is_none_or(|current| current.version < held.version) {
                 self.entries.insert(key, Applies { failed: Some(held), in_flight: None });
             }
         }
