@@ -118,6 +118,30 @@ pub enum TokenFileError {
     Unreadable { path: String, source: std::io::Error },
     #[error("token file {path} is empty")]
     Empty { path: String },
+    #[error(
+        "the token in {path} is too weak ({length} characters, {distinct} different): a token needs at least \
+         {MIN_TOKEN_CHARS} random characters (128 bits); generate one with `openssl rand -hex 32`, or \
+         `head -c 32 /dev/urandom | base64`"
+    )]
+    Weak { path: String, length: usize, distinct: usize },
+}
+
+/// The fewest characters a secret token may have: 32 of a hex alphabet is 128 bits.
+pub const MIN_TOKEN_CHARS: usize = 32;
+/// The fewest different characters in it: 32 random hex characters have about 14, and a run of
+/// one or two repeated characters is no secret.
+const MIN_DISTINCT_TOKEN_CHARS: usize = 8;
+
+/// [`read_token_file`], refusing a token a guesser could find: fewer than [`MIN_TOKEN_CHARS`]
+/// characters, or too few different ones. For tokens people write by hand into a Secret.
+pub fn read_secret_token_file(path: &Path) -> Result<String, TokenFileError> {
+    let token = read_token_file(path)?;
+    let length = token.chars().count();
+    let distinct = token.chars().collect::<std::collections::BTreeSet<_>>().len();
+    if length < MIN_TOKEN_CHARS || distinct < MIN_DISTINCT_TOKEN_CHARS {
+        return Err(TokenFileError::Weak { path: path.display().to_string(), length, distinct });
+    }
+    Ok(token)
 }
 
 /// Read a token from a file (a mounted Secret, say), trimmed; the error names the file only.
@@ -160,6 +184,22 @@ mod tests {
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn weak_secret_tokens_are_refused_with_how_to_make_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        for weak in ["a", "admin-secret", &"a".repeat(64), &"ab".repeat(32), "0123456789abcdef0123456789abcde"] {
+            std::fs::write(&file, format!("{weak}\n")).unwrap();
+            let error = read_secret_token_file(&file).unwrap_err();
+            assert!(matches!(error, TokenFileError::Weak { .. }), "{weak:?}: {error}");
+            assert!(error.to_string().contains("openssl rand -hex 32"), "{error}");
+        }
+        for strong in ["0123456789abcdef0123456789abcdef", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq8"] {
+            std::fs::write(&file, strong).unwrap();
+            assert_eq!(read_secret_token_file(&file).unwrap(), strong);
+        }
     }
 
     #[test]

@@ -390,7 +390,13 @@ pub async fn measure(n: usize, options: &Options, baseline: Baseline) -> Row {
     let env = support::env();
     let admin = support::admin_client(env).await;
     let agent_client = agent_client().await;
-    let workload = workload::create(&admin, n).await;
+    let workload = match workload::create(&admin, n).await {
+        Ok(workload) => workload,
+        Err(error) => {
+            eprintln!("error: the apiserver refused the benchmark's workspaces: {error}");
+            std::process::exit(1);
+        }
+    };
     let desired = Desired { configs: Arc::new(Mutex::new(workload.configs.clone())), ..Default::default() };
     let stub = StubControlPlane::start(Default::default()).await;
     let responder = desired.clone();

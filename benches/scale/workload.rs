@@ -7,7 +7,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -84,18 +84,12 @@ pub fn config(namespace: &str, name: &str, id: &str, marker: &str) -> String {
 }
 
 pub async fn apply(client: &Client, object: &Value) -> Result<(), kube::Error> {
-    let object: DynamicObject = serde_json::from_value(object.clone()).expect("object");
-    let types = object.types.clone().expect("types");
-    let gvk = kube::core::GroupVersionKind::try_from(&types).expect("gvk");
-    let resource = kube::discovery::ApiResource::from_gvk(&gvk);
-    let namespace = object.metadata.namespace.clone().unwrap_or_default();
-    let name = object.metadata.name.clone().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map(|_| ())
+    support::server_side_apply(client, FIELD_MANAGER, object).await
 }
 
-/// Create N workspaces as the agent would leave them, one Pod each, and their configs.
-pub async fn create(client: &Client, n: usize) -> Workload {
+/// Create N workspaces as the agent would leave them, one Pod each, and their configs; the
+/// apiserver's refusal, if it refuses one.
+pub async fn create(client: &Client, n: usize) -> Result<Workload, kube::Error> {
     let id = support::unique_id("bench");
     let started = Instant::now();
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -106,34 +100,36 @@ pub async fn create(client: &Client, n: usize) -> Workload {
     for ns in names {
         let object = json!({ "apiVersion": "v1", "kind": "Namespace",
             "metadata": { "name": ns, "labels": { LABEL_KEY: id, TEST_LABEL: id } } });
-        namespaces
-            .patch(ns, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object))
-            .await
-            .expect("create a namespace");
+        namespaces.patch(ns, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await?;
     }
     let configs: HashMap<(String, String), String> =
         keys.iter().map(|(ns, name)| ((ns.clone(), name.clone()), config(ns, name, &id, "0"))).collect();
     let done = std::sync::atomic::AtomicUsize::new(0);
     futures::stream::iter(&keys)
-        .for_each_concurrent(CONCURRENCY, |(ns, name)| {
+        .map(|(ns, name)| {
             let (client, id, done) = (client.clone(), id.clone(), &done);
             async move {
                 let inventory_id = format!("{name}-inventory");
-                apply(&client, &inventory(ns, name, &id)).await.expect("create an inventory");
-                apply(&client, &deployment(ns, name, &id, &inventory_id, "0")).await.expect("create a Deployment");
-                apply(&client, &pod(ns, name, &id)).await.expect("create a Pod");
+                apply(&client, &inventory(ns, name, &id)).await?;
+                apply(&client, &deployment(ns, name, &id, &inventory_id, "0")).await?;
+                apply(&client, &pod(ns, name, &id)).await?;
                 let count = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 if count % 1000 == 0 {
                     eprintln!("  created {count}/{n} workspaces ({:.0?})", started.elapsed());
                 }
+                Ok::<(), kube::Error>(())
             }
         })
-        .await;
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<(), _>>()?;
     // The deployment controller writes each new Deployment's status once; let it finish, so
     // that what follows measures a quiet cluster.
     wait_until_observed(client, &id, n, Duration::from_secs(600)).await;
     eprintln!("  {n} workspaces ready in {:.1?}", started.elapsed());
-    Workload { id, keys, configs }
+    Ok(Workload { id, keys, configs })
 }
 
 /// Edit the inventory of `count` workspaces, spread over the workload, as a person would:
@@ -159,10 +155,15 @@ pub async fn wait_until_observed(client: &Client, id: &str, n: usize, timeout: D
     let params = kube::api::ListParams::default().labels(&format!("{LABEL_KEY}={id}"));
     let deadline = Instant::now() + timeout;
     loop {
-        let listed = api.list(&params).await.expect("list");
-        let observed = listed.items.iter().filter(|d| d.status.as_ref().and_then(|s| s.observed_generation).is_some());
-        if observed.count() == n {
-            return true;
+        match api.list(&params).await {
+            Ok(listed) => {
+                let observed =
+                    listed.items.iter().filter(|d| d.status.as_ref().and_then(|s| s.observed_generation).is_some());
+                if observed.count() == n {
+                    return true;
+                }
+            }
+            Err(error) => eprintln!("  listing the Deployments failed, retrying: {error}"),
         }
         if Instant::now() > deadline {
             return false;

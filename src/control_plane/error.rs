@@ -10,6 +10,8 @@ pub enum Error {
     Settings(String),
     #[error("admin token: {0}")]
     AdminToken(#[from] TokenFileError),
+    #[error("metrics token: {0}")]
+    MetricsToken(TokenFileError),
     #[error("database {url}: {source}")]
     Database { url: String, source: StoreError },
     #[error("cannot listen on {address}: {source}")]
@@ -30,7 +32,8 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Settings(_) => "InvalidSettings",
-            Error::AdminToken(_) => "AdminTokenUnreadable",
+            Error::AdminToken(_) => "AdminTokenUnusable",
+            Error::MetricsToken(_) => "MetricsTokenUnusable",
             Error::Database { .. } => "DatabaseUnavailable",
             Error::Listen { .. } => "ListenFailed",
             Error::Serve(_) => "ServeFailed",

@@ -8,7 +8,7 @@ pub mod store;
 
 use crate::protocol::Settings;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
-use crate::runtime::{parse_duration, read_token_file, shutdown_signal};
+use crate::runtime::{parse_duration, read_secret_token_file, shutdown_signal};
 use error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -131,7 +131,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         .await
         .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
     let admin = match args.admin_token_file.as_deref() {
-        Some(path) => http::AdminCredential::token(&read_token_file(path)?),
+        Some(path) => http::AdminCredential::token(&read_secret_token_file(path)?),
         None => {
             let generated = store
                 .ensure_admin_token(args.new_admin_token)
@@ -172,7 +172,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         door: http::front_door::FrontDoor { allowed_hosts, scheme },
         session_ttl_ms: millis(args.session_ttl),
         metrics_token: match args.metrics_token_file.as_deref() {
-            Some(path) => Some(store::hash_token(&read_token_file(path)?)),
+            Some(path) => Some(store::hash_token(&read_secret_token_file(path).map_err(Error::MetricsToken)?)),
             None => None,
         },
         ..http::AppState::new(store, pipeline, admin)

@@ -14,6 +14,7 @@ mod fault_control_plane;
 mod fault_kills;
 mod fault_suite;
 mod faults;
+mod fresh_namespaces;
 mod gitlab_parity;
 mod held_errors;
 mod helm_chart;

@@ -103,7 +103,8 @@ async fn the_control_plane_exports_reconciles_and_workspaces() {
     let url = format!("{}/metrics", system.control_plane.url);
     assert_eq!(reqwest::get(&url).await.expect("GET").status(), 404, "no metrics without a metrics token");
     let token_file = system.control_plane.admin_token_file.with_extension("metrics-token");
-    std::fs::write(&token_file, "scrape-me").expect("the metrics token");
+    let scrape_token = crate::support::secret_token("scrape");
+    std::fs::write(&token_file, &scrape_token).expect("the metrics token");
     system.control_plane.restart_with(&["--metrics-token-file", &token_file.display().to_string()]);
     system.cli(&["create", "ann", "--image", "registry.example.com/ide:1"]);
     system.wait_actual("ann", "Running").await;
@@ -118,7 +119,7 @@ async fn the_control_plane_exports_reconciles_and_workspaces() {
     let client = reqwest::Client::new();
     let refused = client.get(&url).bearer_auth("guess").send().await.expect("GET");
     assert_eq!(refused.status(), 401, "a wrong token");
-    let scraped = client.get(&url).bearer_auth("scrape-me").send().await.expect("GET");
+    let scraped = client.get(&url).bearer_auth(&scrape_token).send().await.expect("GET");
     assert_eq!(scraped.status(), 200);
     let metrics = scraped.text().await.expect("text");
     let sample = |name: &str| -> f64 {

@@ -25,6 +25,34 @@ fn plain_http_off_loopback_is_refused() {
     assert!(stderr.contains("refusing to serve plain HTTP") && stderr.contains("--tls-cert-file"), "{stderr}");
 }
 
+/// A guessable admin or metrics token is refused at start, with how to make a good one.
+#[test]
+fn a_weak_admin_or_metrics_token_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let weak = dir.path().join("weak-token");
+    let strong = dir.path().join("strong-token");
+    std::fs::write(&weak, "x\n").unwrap();
+    std::fs::write(&strong, support::secret_token("admin")).unwrap();
+    let (weak, strong) = (weak.display().to_string(), strong.display().to_string());
+    for (flags, which) in [
+        (vec!["--admin-token-file", weak.as_str()], "admin token"),
+        (vec!["--admin-token-file", strong.as_str(), "--metrics-token-file", weak.as_str()], "metrics token"),
+    ] {
+        let listen = format!("127.0.0.1:{}", support::free_port());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(["control-plane", "--listen", &listen, "--database-url", &sqlite(&dir)])
+            .args(&flags)
+            .output()
+            .expect("run wsync");
+        assert!(!out.status.success(), "{which}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(which) && stderr.contains("too weak") && stderr.contains("openssl rand -hex 32"),
+            "{stderr}"
+        );
+    }
+}
+
 /// A head dribbled a byte at a time, an idle connection, and an idle kept-alive one are all
 /// closed within the header timeout (1 s here).
 #[tokio::test(flavor = "multi_thread")]

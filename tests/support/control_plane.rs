@@ -23,7 +23,7 @@ pub struct ControlPlaneProcess {
 impl ControlPlaneProcess {
     /// A control plane with an admin token in a file beside its log.
     pub fn start(database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
-        let admin_token = format!("admin-{}", free_port());
+        let admin_token = super::secret_token("admin");
         let admin_token_file = log.with_extension("admin-token");
         std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
         let file = admin_token_file.display().to_string();
@@ -39,7 +39,7 @@ impl ControlPlaneProcess {
     pub fn start_tls_on(host: &str, database_url: &str, log: PathBuf, tls: &super::tls::Tls, extra: &[&str]) -> Self {
         let (cert, key) = (tls.cert.display().to_string(), tls.key.display().to_string());
         let tls_args = ["--tls-cert-file", &cert, "--tls-key-file", &key];
-        let admin_token = format!("admin-{}", free_port());
+        let admin_token = super::secret_token("admin");
         let admin_token_file = log.with_extension("admin-token");
         std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
         let file = admin_token_file.display().to_string();

@@ -8,6 +8,7 @@ pub mod control_plane;
 pub mod fault_proxy;
 pub mod kubelet;
 pub mod postgres;
+pub mod server_side_apply;
 pub mod stub;
 pub mod system;
 pub mod tls;
@@ -15,6 +16,7 @@ pub mod tls;
 pub use agent::AgentProcess;
 
 pub use control_plane::ControlPlaneProcess;
+pub use server_side_apply::{retry_after, server_side_apply};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -127,6 +129,15 @@ pub async fn admin_client(env: &TestEnv) -> Client {
         .await
         .expect("admin kubeconfig");
     Client::try_from(config).expect("admin client")
+}
+
+/// A secret token as an operator makes one (`openssl rand -hex 32`): 256 random bits, which
+/// the control plane's token files require.
+pub fn secret_token(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("random bytes");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-{hex}")
 }
 
 /// A DNS-label id unique to this test run.
