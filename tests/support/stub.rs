@@ -68,6 +68,8 @@ struct Inner {
     /// What `GET …/prerequisites` answers, and how often it was asked.
     prerequisites_status: std::sync::atomic::AtomicU16,
     prerequisites_calls: AtomicUsize,
+    /// The `shared_namespace` the prerequisites serve; empty for a namespace per workspace.
+    shared_namespace: Mutex<String>,
 }
 
 #[derive(Clone)]
@@ -164,6 +166,7 @@ impl StubControlPlane {
             max_in_flight: AtomicUsize::new(0),
             prerequisites_status: std::sync::atomic::AtomicU16::new(200),
             prerequisites_calls: AtomicUsize::new(0),
+            shared_namespace: Mutex::new(String::new()),
         });
         let app = axum::Router::new()
             .route(RECONCILE_PATH, post(reconcile).layer(DefaultBodyLimit::max(MAX_RECONCILE_BODY_BYTES)))
@@ -216,6 +219,10 @@ impl StubControlPlane {
         self.inner.prerequisites_status.store(status, Ordering::SeqCst);
     }
 
+    pub fn set_shared_namespace(&self, namespace: &str) {
+        *self.inner.shared_namespace.lock().unwrap() = namespace.to_string();
+    }
+
     pub fn prerequisites_calls(&self) -> usize {
         self.inner.prerequisites_calls.load(Ordering::SeqCst)
     }
@@ -251,7 +258,9 @@ pub fn is_full(r: &Recorded) -> bool {
 async fn prerequisites(State(inner): State<Arc<Inner>>) -> Response {
     inner.prerequisites_calls.fetch_add(1, Ordering::SeqCst);
     let status = StatusCode::from_u16(inner.prerequisites_status.load(Ordering::SeqCst)).unwrap_or(StatusCode::OK);
-    (status, axum::Json(serde_json::json!({"shared_namespace": "", "unknown_field": true}))).into_response()
+    let shared_namespace = inner.shared_namespace.lock().unwrap().clone();
+    (status, axum::Json(serde_json::json!({"shared_namespace": shared_namespace, "unknown_field": true})))
+        .into_response()
 }
 
 async fn reconcile(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {

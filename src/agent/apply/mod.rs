@@ -58,6 +58,7 @@ impl Applier {
         let mode = self.policy.namespace_mode();
         mode.check_workspace(key).map_err(ApplyError::refused)?;
         let objects = crate::yaml::parse_objects(config).map_err(|e| ApplyError::refused(e.to_string()))?;
+        mode.check_pod_selection(&objects, key).map_err(ApplyError::refused)?;
         let scopes = self.resolve_scopes(&objects).await.map_err(ApplyError::applier)?;
         let mut inventories = crate::agent::policy::plan::plan(objects, key.namespace(), &self.policy, |gvk| {
             scopes.get(gvk).is_some_and(|scope| *scope == Scope::Namespaced)

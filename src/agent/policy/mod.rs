@@ -10,5 +10,6 @@ pub mod kinds;
 pub mod namespace_rule;
 pub mod plan;
 pub mod pod_security;
+pub mod pod_selection;
 pub mod pull_secrets;
 pub mod shared_namespace;

@@ -93,17 +93,29 @@ impl NamespaceMode {
         if core && NAMESPACE_WIDE_KINDS.contains(&gvk.kind.as_str()) {
             return Err("it would bind every workspace in the shared namespace".into());
         }
-        if gvk.group == "networking.k8s.io" && gvk.kind == "NetworkPolicy" && selects_all(&object.data["spec"]) {
-            return Err(
-                "its empty podSelector selects every Pod of the shared namespace; it must select the workspace's own"
-                    .into(),
-            );
-        }
         if core && gvk.kind == "ConfigMap" {
             let id = object.metadata.labels.as_ref().and_then(|l| l.get(INVENTORY_ID_LABEL));
             if id.is_some_and(|id| Some(id) != object.metadata.name.as_ref()) {
                 return Err("in a shared namespace an inventory's id must be its ConfigMap's name".into());
             }
+        }
+        Ok(())
+    }
+
+    /// What a shared namespace refuses of a workspace's objects: any that would select or make
+    /// Pods other than its own ([`super::pod_selection`]). Each refusal names its object.
+    pub fn check_pod_selection(&self, objects: &[DynamicObject], key: &WorkspaceKey) -> Result<(), String> {
+        if self.shared().is_none() {
+            return Ok(());
+        }
+        for object in objects {
+            let Some(gvk) = object.types.as_ref().and_then(|types| GroupVersionKind::try_from(types).ok()) else {
+                continue;
+            };
+            super::pod_selection::check(&gvk, object, key.name()).map_err(|reason| {
+                let name = object.metadata.name.as_deref().unwrap_or_default();
+                format!("refused {} {name}: {reason}", gvk.kind)
+            })?;
         }
         Ok(())
     }
@@ -151,16 +163,6 @@ impl NamespaceMode {
             elsewhere.join(", ")
         ))
     }
-}
-
-fn selects_all(spec: &serde_json::Value) -> bool {
-    let selector = &spec["podSelector"];
-    let empty = |field: &str| {
-        selector
-            .get(field)
-            .is_none_or(|v| v.as_object().is_some_and(|o| o.is_empty()) || v.as_array().is_some_and(|a| a.is_empty()))
-    };
-    empty("matchLabels") && empty("matchExpressions")
 }
 
 fn is_label_value(value: &str) -> bool {
@@ -223,19 +225,6 @@ mod tests {
             assert!(shared().check_object(&gvk, &o).unwrap_err().contains("every workspace"));
             assert!(NamespaceMode::PerWorkspace.check_object(&gvk, &o).is_ok());
         }
-    }
-
-    #[test]
-    fn a_network_policy_must_select_the_workspaces_own_pods() {
-        let policy = |selector| {
-            object("networking.k8s.io/v1", "NetworkPolicy", "alice", json!({ "spec": { "podSelector": selector } }))
-        };
-        for everything in [json!({}), json!({ "matchLabels": {} }), json!({ "matchExpressions": [] })] {
-            let (gvk, o) = policy(everything);
-            assert!(shared().check_object(&gvk, &o).is_err());
-        }
-        let (gvk, o) = policy(json!({ "matchLabels": { "app.kubernetes.io/name": "alice" } }));
-        assert!(shared().check_object(&gvk, &o).is_ok());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 mod bounds_and_transport;
 mod fields_and_prune;
 mod secrets_and_pods;
+mod shared_namespace;
 
 use crate::support::stub::{Reply, StubControlPlane};
 use crate::support::*;
@@ -26,7 +27,7 @@ const LONG: Duration = Duration::from_secs(60);
 /// the answer cap, 64 MiB, of a huge answer.
 const PEAK_RSS_BOUND_KB: u64 = 150 * 1024;
 /// The tests in this module, so that the last one to finish prints the summary.
-const TESTS: usize = 13;
+const TESTS: usize = 14;
 
 static FINISHED: AtomicUsize = AtomicUsize::new(0);
 static ATTACKS: AtomicUsize = AtomicUsize::new(0);
@@ -67,16 +68,33 @@ impl Arena {
 
     /// With an id made beforehand (`unique_id`), for namespaces made before the agent starts.
     pub async fn start_as(id: &str, allowed_sources: &[String], flags: &[&str]) -> Self {
+        Self::launch(id, allowed_sources, flags, false).await
+    }
+
+    /// An agent in shared-namespace mode: every workspace, the good one too, lives in
+    /// [`Arena::good`], a namespace the test made, which the stub's prerequisites serve.
+    pub async fn start_shared(prefix: &str, flags: &[&str]) -> Self {
+        Self::launch(&unique_id(prefix), &[], flags, true).await
+    }
+
+    async fn launch(id: &str, allowed_sources: &[String], flags: &[&str], shared: bool) -> Self {
         let env = env();
         let id = id.to_string();
         let (good, victim) = (format!("{id}-good"), format!("{id}-victim"));
         kubectl_ok(env, &["create", "namespace", &victim]);
         kubectl_ok(env, &["label", "namespace", &victim, &format!("{TEST_LABEL}={id}")]);
+        if shared {
+            kubectl_ok(env, &["create", "namespace", &good]);
+            kubectl_ok(env, &["label", "namespace", &good, &format!("{TEST_LABEL}={id}")]);
+        }
         let attacks = Arc::new(Mutex::new(Vec::new()));
         let settings = Arc::new(Mutex::new(json!({ "full_reconciliation_interval_seconds": 300,
                                                      "partial_reconciliation_interval_seconds": 1 })));
-        let good_info = info(&good, "ws", &config(&good, &[config_map(&good, "cfg")]));
+        let good_info = info(&good, "ws", &inventory_config(&good, "ws-inventory", &[config_map(&good, "cfg")]));
         let stub = StubControlPlane::start(Default::default()).await;
+        if shared {
+            stub.set_shared_namespace(&good);
+        }
         let (attacks_now, settings_now) = (attacks.clone(), settings.clone());
         stub.set_responder(move |_| {
             let mut infos = vec![good_info.clone()];
@@ -86,6 +104,9 @@ impl Arena {
         });
         let sources = allowed_sources.join(",");
         let mut args = flags.to_vec();
+        if shared {
+            args.extend(["--shared-namespace", &good]);
+        }
         if !sources.is_empty() {
             args.extend(["--image-pull-secret-source", &sources]);
         }
