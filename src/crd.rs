@@ -23,6 +23,8 @@ pub const CONDITION_SETTINGS_REJECTED: &str = "SettingsRejected";
 pub const CONDITION_TERMINATION_STUCK: &str = "TerminationStuck";
 /// Present (True) only while pending errors beyond the status's size budget were left out.
 pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
+/// Present (True) while the last answer held more than the agent takes from one answer.
+pub const CONDITION_ANSWER_LIMITED: &str = "AnswerLimited";
 
 // Each printcolumn repeats `type_`, which clippy mistakes for a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]

@@ -176,6 +176,9 @@ async fn run_cycle(
         newly
     };
     actions::report_stuck_terminations(ctx, newly_stuck).await;
+    if let Some(limited) = &settled.limited {
+        tracing::warn!(limited, "the answer held more than the agent takes at once; the rest waits");
+    }
     if let Some(reason) = &settled.rejected_settings {
         tracing::warn!(reason, "ignoring invalid settings from the control plane; keeping the last good ones");
     }
@@ -245,9 +248,15 @@ async fn reread_workspaces(ctx: &Context, keys: Vec<WorkspaceKey>) {
 /// never fails the cycle.
 async fn terminated_namespaces(ctx: &Context) -> HashSet<WorkspaceKey> {
     let keys: Vec<WorkspaceKey> = ctx.state().ledger.terminations().keys().cloned().collect();
+    let limit = ctx.parts.config.apply_concurrency.max(1);
+    let reads = futures::stream::iter(keys).map(|key| async move {
+        let done = ctx.parts.applier.termination_done(&key).await;
+        (key, done)
+    });
+    let mut reads = reads.buffer_unordered(limit);
     let mut gone = HashSet::new();
-    for key in keys {
-        match ctx.parts.applier.termination_done(&key).await {
+    while let Some((key, done)) = reads.next().await {
+        match done {
             Ok(true) => {
                 gone.insert(key);
             }

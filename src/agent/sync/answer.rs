@@ -7,9 +7,14 @@ use super::workspace::WorkspaceKey;
 use crate::protocol::{ReconcileResponse, Settings, WorkspaceRailsInfo};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::collections::HashMap;
 
 /// Longer names are not reported back: they could only bloat the ledger and the status.
 const MAX_REPORTED_NAME_BYTES: usize = 253;
+
+/// The most infos the agent reads from one answer: five times the 10,000 workspaces an agent
+/// is built for. The rest are not parsed; the control plane sends them again.
+pub const MAX_INFOS_PER_ANSWER: usize = 50_000;
 
 /// The answer, split into what can be handled and what is refused.
 #[derive(Debug, Default)]
@@ -19,17 +24,34 @@ pub struct Answer {
     pub refused: Vec<RefusedInfo>,
     /// Why the settings could not be read at all (bounds are checked when settling).
     pub unreadable_settings: Option<String>,
+    /// Infos past [`MAX_INFOS_PER_ANSWER`], left unread.
+    pub unread_infos: usize,
 }
 
 impl From<ReconcileResponse> for Answer {
-    fn from(response: ReconcileResponse) -> Self {
-        let mut answer = Answer { response, ..Default::default() };
-        let infos = std::mem::take(&mut answer.response.workspace_rails_infos);
+    fn from(mut response: ReconcileResponse) -> Self {
+        let infos = std::mem::take(&mut response.workspace_rails_infos);
+        let mut building = Building::default();
         for info in infos {
-            answer.accept(info);
+            building.accept(info);
         }
-        answer
+        building.finish(Answer { response, ..Default::default() })
     }
+}
+
+/// The answer's infos as they are read: each workspace's last word, an info or a refusal,
+/// found by key, so that an answer of N infos costs O(N).
+#[derive(Default)]
+struct Building {
+    infos: Vec<Option<WorkspaceRailsInfo>>,
+    refused: Vec<Option<RefusedInfo>>,
+    last: HashMap<WorkspaceKey, Slot>,
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Info(usize),
+    Refused(usize),
 }
 
 /// An info the agent will not act on, reported as that workspace's error.
@@ -62,24 +84,26 @@ pub fn decode(body: &[u8]) -> Result<Answer, serde_json::Error> {
     }
     let wire: Wire = serde_json::from_slice(body)?;
     let mut answer = Answer::default();
+    let mut building = Building::default();
     match wire.settings.map(|raw| serde_json::from_str::<Option<Settings>>(raw.get())) {
         Some(Ok(settings)) => answer.response.settings = settings,
         Some(Err(error)) => answer.unreadable_settings = Some(format!("unreadable settings: {error}")),
         None => {}
     }
-    for raw in wire.workspace_rails_infos {
+    answer.unread_infos = wire.workspace_rails_infos.len().saturating_sub(MAX_INFOS_PER_ANSWER);
+    for raw in wire.workspace_rails_infos.into_iter().take(MAX_INFOS_PER_ANSWER) {
         match serde_json::from_str::<WorkspaceRailsInfo>(raw.get()) {
-            Ok(info) => answer.accept(info),
+            Ok(info) => building.accept(info),
             Err(error) => match whose(raw) {
-                Some(key) => answer.refuse(key, format!("refused the control plane's info: {error}")),
+                Some(key) => building.refuse(key, format!("refused the control plane's info: {error}")),
                 None => tracing::warn!(%error, "ignoring an info that names no workspace"),
             },
         }
     }
-    Ok(answer)
+    Ok(building.finish(answer))
 }
 
-impl Answer {
+impl Building {
     /// Keep a parsed info if its names are valid; a later info of one workspace replaces an
     /// earlier one, so that one answer starts at most one apply per workspace.
     fn accept(&mut self, info: WorkspaceRailsInfo) {
@@ -95,19 +119,41 @@ impl Answer {
             return;
         }
         let key = WorkspaceKey::new(&info.namespace, &info.name);
-        self.refused.retain(|r| r.key != key);
-        let infos = &mut self.response.workspace_rails_infos;
-        if let Some(earlier) = infos.iter().position(|i| i.namespace == info.namespace && i.name == info.name) {
+        if let Some(Slot::Info(_)) = self.forget(&key) {
             tracing::warn!(workspace = %info.name, namespace = %info.namespace, "two infos for one workspace; the last wins");
-            infos.remove(earlier);
         }
-        infos.push(info);
+        self.last.insert(key, Slot::Info(self.infos.len()));
+        self.infos.push(Some(info));
     }
 
     fn refuse(&mut self, key: WorkspaceKey, reason: String) {
-        self.response.workspace_rails_infos.retain(|i| !(i.namespace == key.namespace() && i.name == key.name()));
-        self.refused.retain(|r| r.key != key);
-        self.refused.push(RefusedInfo { key, reason });
+        self.forget(&key);
+        self.last.insert(key.clone(), Slot::Refused(self.refused.len()));
+        self.refused.push(Some(RefusedInfo { key, reason }));
+    }
+
+    /// Drop what the answer said of `key` so far; what that was.
+    fn forget(&mut self, key: &WorkspaceKey) -> Option<Slot> {
+        let slot = self.last.remove(key)?;
+        match slot {
+            Slot::Info(at) => {
+                if let Some(entry) = self.infos.get_mut(at) {
+                    *entry = None;
+                }
+            }
+            Slot::Refused(at) => {
+                if let Some(entry) = self.refused.get_mut(at) {
+                    *entry = None;
+                }
+            }
+        }
+        Some(slot)
+    }
+
+    fn finish(self, mut answer: Answer) -> Answer {
+        answer.response.workspace_rails_infos = self.infos.into_iter().flatten().collect();
+        answer.refused = self.refused.into_iter().flatten().collect();
+        answer
     }
 }
 
@@ -210,6 +256,17 @@ mod tests {
             format!(r#"{{"workspace_rails_infos":[{},{}]}}"#, info("ns", "ws", "Bad"), info("ns", "ws", "Running"));
         let answer = decode(body.as_bytes()).expect("decodes");
         assert!(answer.refused.is_empty() && answer.response.workspace_rails_infos.len() == 1);
+    }
+
+    #[test]
+    fn an_answer_past_its_bound_is_read_up_to_it_and_the_rest_is_counted() {
+        let extra = 3;
+        let infos: Vec<String> =
+            (0..MAX_INFOS_PER_ANSWER + extra).map(|i| info(&format!("ns-{i}"), "ws", "Terminated")).collect();
+        let body = format!(r#"{{"workspace_rails_infos":[{}]}}"#, infos.join(","));
+        let answer = decode(body.as_bytes()).expect("decodes");
+        assert_eq!(answer.response.workspace_rails_infos.len(), MAX_INFOS_PER_ANSWER);
+        assert_eq!(answer.unread_infos, extra);
     }
 
     #[test]

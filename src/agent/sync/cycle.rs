@@ -3,17 +3,17 @@
 //! `plan` decides what to send; `settle` turns the control plane's answer into ledger updates
 //! and the work to do in the cluster.
 
-use super::answer::Answer;
+use super::answer::{Answer, MAX_INFOS_PER_ANSWER};
 use super::deployment_failure::WorkloadFailure;
 use super::error_tracker::{ApplyVersion, Recorded};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, MAX_TRACKED_TERMINATIONS};
 use super::pod_failures::PodFailures;
 use super::workspace::{DeploymentProjection, WorkspaceKey};
 use crate::protocol::{
     ActualState, DesiredState, ImagePullSecret, ReconcileRequest, ReconcileResponse, TerminationProgress, UpdateType,
     WorkspaceAgentInfo,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// What a cycle sends, and what it must remember to settle the answer.
@@ -167,6 +167,8 @@ pub struct Settled {
     pub forgotten: Vec<WorkspaceKey>,
     /// Settings that failed validation, with the reason; the last good ones stay.
     pub rejected_settings: Option<String>,
+    /// What the answer held past the agent's bounds, which waits for a later answer.
+    pub limited: Option<String>,
 }
 
 /// Apply the control plane's answer to the ledger, and decide the work it asks for.
@@ -206,19 +208,30 @@ pub fn settle(
             }
         }
     }
+    let sent_errors: HashMap<&WorkspaceKey, ApplyVersion> = plan.sent_errors.iter().map(|(k, v)| (k, *v)).collect();
+    let mut deferred_terminations = 0usize;
+    let reported: HashSet<WorkspaceKey> =
+        plan.request.workspace_agent_infos.iter().map(|i| WorkspaceKey::new(&i.namespace, &i.name)).collect();
     for info in &mut response.workspace_rails_infos {
         let key = WorkspaceKey::new(&info.namespace, &info.name);
-        if let Some(rv) = &info.deployment_resource_version {
+        // Only for a workspace the agent reported or already tracks: an answer cannot grow the
+        // status with acknowledgements of workspaces it made up.
+        let ours = reported.contains(&key) || ledger.acknowledged().contains_key(&key);
+        if let Some(rv) = info.deployment_resource_version.as_ref().filter(|_| ours) {
             ledger.acknowledged_mut().insert(key.clone(), rv.clone());
             settled.acknowledged.push((key.clone(), rv.clone()));
         }
-        if let Some((_, version)) = plan.sent_errors.iter().find(|(k, _)| *k == key) {
+        if let Some(version) = sent_errors.get(&key) {
             ledger.errors_mut().acknowledge(&key, *version);
         }
         if info.desired_state == DesiredState::Terminated {
             if info.actual_state == ActualState::Terminated {
                 ledger.forget(&key);
                 settled.forgotten.push(key);
+            } else if !ledger.terminations().contains_key(&key)
+                && ledger.terminations().len() >= MAX_TRACKED_TERMINATIONS
+            {
+                deferred_terminations += 1;
             } else {
                 ledger.terminations_mut().entry(key.clone()).or_insert(TerminationProgress::Terminating);
                 if !paused {
@@ -238,7 +251,28 @@ pub fn settle(
             });
         }
     }
+    let limited = limits_reached(answer.unread_infos, deferred_terminations);
+    ledger.fields.answer_limited.clone_from(&limited);
+    settled.limited = limited;
     settled
+}
+
+/// What an answer held past the agent's bounds, said where a user looks; None within them.
+fn limits_reached(unread_infos: usize, deferred_terminations: usize) -> Option<String> {
+    let mut said = Vec::new();
+    if unread_infos > 0 {
+        said.push(format!(
+            "the control plane's answer held {unread_infos} infos past the {MAX_INFOS_PER_ANSWER} the agent reads \
+             from one answer; they wait for a later answer"
+        ));
+    }
+    if deferred_terminations > 0 {
+        said.push(format!(
+            "{deferred_terminations} terminations wait: the agent tracks at most {MAX_TRACKED_TERMINATIONS} at once, \
+             and starts them as others finish"
+        ));
+    }
+    (!said.is_empty()).then(|| said.join("; "))
 }
 
 /// After a full cycle: drop ledger entries for workspaces that neither the cluster nor the

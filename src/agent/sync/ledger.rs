@@ -24,12 +24,19 @@ pub struct StatusFields {
     pub rejected_settings: Option<String>,
     /// Terminations past `--termination-timeout`, as `namespace/name`.
     pub stuck_terminations: Vec<String>,
+    /// What the last answer held past the agent's bounds, which waits for a later answer.
+    pub answer_limited: Option<String>,
     pub last_handled_resync: Option<String>,
     pub last_full_sync: Option<Timestamp>,
     pub next_full_sync: Option<Timestamp>,
     pub last_partial_sync: Option<Timestamp>,
     pub outcome: SyncOutcome,
 }
+
+/// The most terminations the agent tracks at once: each is a GET every cycle and an entry in
+/// the status (about 80 bytes; 100,000 would pass the apiserver's 3 MiB request limit). More
+/// wait: the control plane sends them again, and they start as others finish.
+pub const MAX_TRACKED_TERMINATIONS: usize = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -93,13 +100,20 @@ impl Ledger {
         };
         Self {
             acknowledged: parse_map(&status.acknowledged),
-            terminations: status.terminations.iter().filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v))).collect(),
+            // A hand-edited status past the bound keeps the bound: the rest come again in answers.
+            terminations: status
+                .terminations
+                .iter()
+                .filter_map(|(k, v)| Some((WorkspaceKey::parse(k)?, *v)))
+                .take(MAX_TRACKED_TERMINATIONS)
+                .collect(),
             errors,
             report_again: HashSet::new(),
             fields: StatusFields {
                 settings: if settings.validate().is_ok() { settings } else { Settings::default() },
                 rejected_settings: None,
                 stuck_terminations: Vec::new(),
+                answer_limited: None,
                 last_handled_resync: status.last_handled_resync_request.clone(),
                 last_full_sync: status.last_full_sync_time.as_ref().map(|t| t.0),
                 next_full_sync: status.next_full_sync_time.as_ref().map(|t| t.0),

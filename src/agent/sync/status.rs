@@ -8,8 +8,8 @@ use super::ledger::{Ledger, StatusFields};
 use super::outcome::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::crd::{
-    CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED, CONDITION_SYNCED,
-    CONDITION_TERMINATION_STUCK, PendingErrorRecord, WorkspaceSyncStatusStatus,
+    CONDITION_ANSWER_LIMITED, CONDITION_LEDGER_TRUNCATED, CONDITION_READY, CONDITION_SETTINGS_REJECTED,
+    CONDITION_SYNCED, CONDITION_TERMINATION_STUCK, PendingErrorRecord, WorkspaceSyncStatusStatus,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -88,6 +88,10 @@ impl Ledger {
             let message = format!("kept the last good settings: the control plane sent {reason}");
             let outcome = SyncOutcome { ok: true, reason: "SettingsOutOfBounds".into(), message };
             conditions.push(condition(CONDITION_SETTINGS_REJECTED, &outcome, previous_conditions, now));
+        }
+        if let Some(message) = &self.fields.answer_limited {
+            let outcome = SyncOutcome { ok: true, reason: "AnswerPastBounds".into(), message: message.clone() };
+            conditions.push(condition(CONDITION_ANSWER_LIMITED, &outcome, previous_conditions, now));
         }
         if let Some(first) = self.fields.stuck_terminations.first() {
             let more = self.fields.stuck_terminations.len().saturating_sub(1);

@@ -70,12 +70,48 @@ async fn an_answer_past_the_cap_is_never_read_whole() {
     arena.stub.wait_for("two more oversized answers", seen + 2, LONG, |_| true).await;
     // The control plane behaves again: syncing goes on.
     let good = arena.good.clone();
-    let good_info = info(&good, "ws", &config(&good, &[config_map(&good, "cfg")]));
+    let good_info = info(&good, "ws", &inventory_config(&good, "ws-inventory", &[config_map(&good, "cfg")]));
     arena.stub.set_responder(move |_| {
         Reply::status(201, &json!({ "workspace_rails_infos": [good_info.clone()] }).to_string())
     });
     arena.good_syncs_on().await;
     arena.finish("a 300 MB answer");
+}
+
+/// One answer of 100,000 Terminated infos for workspaces that do not exist (and the good one):
+/// read in linear
+/// time up to its bound, at most 1,000 terminations tracked, so the status stays writable and
+/// says what waits; the good workspace syncs on.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_of_100000_terminations_is_bounded_and_said() {
+    let env = env();
+    let mut arena = Arena::start("ht", &[], &[]).await;
+    arena.good_syncs_on().await;
+    arena.count_attacks(1);
+    let good = arena.good.clone();
+    let mut infos = vec![info(&good, "ws", &inventory_config(&good, "ws-inventory", &[config_map(&good, "cfg")]))];
+    infos.extend((0..100_000).map(|i| {
+        let mut gone = info(&format!("{}-gone-{i}", arena.id), "ws", "");
+        gone["desired_state"] = json!("Terminated");
+        gone
+    }));
+    let body = json!({ "workspace_rails_infos": infos }).to_string();
+    arena.stub.set_responder(move |_| Reply::status(201, &body));
+    let said = eventually("the AnswerLimited condition", LONG, || {
+        let wss = wss_json(env, &arena.id)?;
+        Some(condition(&wss, "AnswerLimited")?["message"].as_str()?.to_string())
+    })
+    .await;
+    assert!(said.contains("50001 infos past") && said.contains("48999 terminations wait"), "{said}");
+    let wss = wss_json(env, &arena.id).expect("wss");
+    let tracked = wss["status"]["terminations"].as_object().map_or(0, |t| t.len());
+    assert_eq!(tracked, 1_000, "terminations are bounded in the status");
+    let seen = arena.stub.count();
+    arena.stub.wait_for("two more cycles", seen + 2, LONG, |_| true).await;
+    let logs = arena.agent.logs();
+    assert!(!logs.contains("Request entity too large"), "the status stayed writable");
+    arena.refused_one();
+    arena.finish("an answer of 100,000 terminations");
 }
 
 #[tokio::test(flavor = "multi_thread")]
