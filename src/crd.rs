@@ -23,6 +23,9 @@ pub const CONDITION_SETTINGS_REJECTED: &str = "SettingsRejected";
 pub const CONDITION_TERMINATION_STUCK: &str = "TerminationStuck";
 /// Present (True) only while pending errors beyond the status's size budget were left out.
 pub const CONDITION_LEDGER_TRUNCATED: &str = "LedgerTruncated";
+/// The reason of the Warning Event an agent emits on its WorkspaceSyncStatus when it cannot
+/// write it; `kubectl wsync status` reads it.
+pub const EVENT_STATUS_WRITE_FAILED: &str = "StatusWriteFailed";
 /// Present (True) while the last answer held more than the agent takes from one answer.
 pub const CONDITION_ANSWER_LIMITED: &str = "AnswerLimited";
 

@@ -6,10 +6,12 @@ use super::control_plane_client::ControlPlaneClient;
 use super::error::Result;
 use super::k8s::Cluster;
 use super::metrics::Metrics;
+use super::metrics::ReasonLabel;
 use super::sync::index::SharedIndex;
 use super::sync::ledger::Ledger;
 use super::sync::pod_failures::PodFailures;
 use super::sync::status::RenderKey;
+use super::sync::status_write::{STATUS_WRITE_FAILED, StatusWriteHealth, failure_reason};
 use crate::crd::{CONDITION_LEDGER_TRUNCATED, WorkspaceSyncStatusStatus};
 use crate::runtime::LockExt;
 use jiff::Timestamp;
@@ -56,6 +58,8 @@ struct Written {
     json: Option<Box<str>>,
     conditions: Vec<Condition>,
     key: Option<RenderKey>,
+    /// Whether the last writes failed, and when that was last said.
+    health: StatusWriteHealth,
 }
 
 impl Written {
@@ -65,6 +69,7 @@ impl Written {
             json: serde_json::to_string(status).ok().map(String::into_boxed_str),
             conditions: status.conditions.clone(),
             key: None,
+            health: StatusWriteHealth::default(),
         }
     }
 }
@@ -156,12 +161,45 @@ impl Context {
         let json = serde_json::value::to_raw_value(&status)?;
         if written.json.as_deref() != Some(json.get()) {
             crate::runtime::failpoint::hit("before-status-write");
-            self.parts.cluster.write_status(&json).await?;
+            if let Err(error) = self.parts.cluster.write_status(&json).await {
+                self.status_write_failed(&mut written.health, &error).await;
+                return Err(error);
+            }
+            if let Some(recovered) = written.health.written() {
+                tracing::info!(
+                    failures = recovered.failures,
+                    since = %recovered.since,
+                    "the WorkspaceSyncStatus is written again"
+                );
+                self.parts.metrics.status_write_failing.set(0);
+            }
             written.json = Some(json.get().into());
         }
         written.conditions = status.conditions;
         written.key = Some(key);
         Ok(())
+    }
+
+    /// A refused status write is loud: counted at every failure, and said in the log and an
+    /// Event on the WorkspaceSyncStatus when it starts, changes reason, and every 5 minutes.
+    /// The cycle goes on failing (and retrying) while the rest of the agent keeps syncing.
+    async fn status_write_failed(&self, health: &mut StatusWriteHealth, error: &super::error::Error) {
+        let (code, reason) = match error {
+            super::error::Error::Kube(kube::Error::Api(status)) => (Some(status.code), status.reason.as_str()),
+            _ => (None, ""),
+        };
+        let reason = failure_reason(code, reason);
+        let metrics = &self.parts.metrics;
+        metrics.status_write_failures.get_or_create(&ReasonLabel { reason: reason.clone() }).inc();
+        metrics.status_write_failing.set(1);
+        if health.failed(&reason, Timestamp::now()) {
+            let note = format!(
+                "the agent cannot write its WorkspaceSyncStatus ({reason}): {error}. It keeps syncing; what it \
+                 learns is not saved until a write succeeds, and a restart begins with a full cycle"
+            );
+            tracing::error!(%reason, %error, "could not write the WorkspaceSyncStatus; the agent keeps syncing and retries");
+            self.parts.cluster.warn_agent(STATUS_WRITE_FAILED, "WriteStatus", &note).await;
+        }
     }
 
     /// `persist`, for callers that can only log a failure: the next cycle writes again.

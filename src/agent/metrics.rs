@@ -65,6 +65,10 @@ pub struct Metrics {
     pub terminations_stuck: Gauge,
     /// Workload failures that began, by reason (`protocol::failure_reason`).
     pub workspace_failures: Family<ReasonLabel, Counter>,
+    /// Refused WorkspaceSyncStatus writes, by the apiserver's reason.
+    pub status_write_failures: Family<ReasonLabel, Counter>,
+    /// 1 while the last status write failed.
+    pub status_write_failing: Gauge,
     registry: Registry,
     crd_present: AtomicBool,
     leading_cycle_done: AtomicBool,
@@ -86,6 +90,8 @@ impl Metrics {
         let leader = Gauge::default();
         let terminations_stuck = Gauge::default();
         let workspace_failures = Family::<ReasonLabel, Counter>::default();
+        let status_write_failures = Family::<ReasonLabel, Counter>::default();
+        let status_write_failing = Gauge::default();
         // Every known label set starts at 0, so that a rate() sees the first increase and
         // dashboards show the series before anything happens.
         for result in ["success", "failure", "retry_failure", "stale"] {
@@ -108,6 +114,16 @@ impl Metrics {
             "terminations_stuck",
             "Workspace terminations running past --termination-timeout",
             terminations_stuck.clone(),
+        );
+        registry.register(
+            "status_write_failures",
+            "WorkspaceSyncStatus writes the apiserver refused, by its reason",
+            status_write_failures.clone(),
+        );
+        registry.register(
+            "status_write_failing",
+            "1 while the agent cannot write its WorkspaceSyncStatus",
+            status_write_failing.clone(),
         );
         registry.register("sync_cycles", "Sync cycles by update type and result", cycles.clone());
         registry.register("sync_cycle_duration_seconds", "Sync cycle duration", cycle_duration.clone());
@@ -154,6 +170,8 @@ impl Metrics {
             leader,
             terminations_stuck,
             workspace_failures,
+            status_write_failures,
+            status_write_failing,
             registry,
             crd_present: AtomicBool::new(false),
             leading_cycle_done: AtomicBool::new(false),
@@ -178,6 +196,7 @@ impl Metrics {
             // the alerts (max over replicas) and hide the new leader's.
             self.pending_errors.set(0);
             self.terminations_stuck.set(0);
+            self.status_write_failing.set(0);
         }
     }
 

@@ -81,8 +81,15 @@ pub async fn run(args: Args) -> Result<String, Error> {
     let wide = args.output == Output::Wide;
     match &args.command {
         Command::Status { agent } => {
-            let statuses: Vec<_> =
-                agents(&api, agent.as_deref(), &args.namespace).await?.iter().map(view::agent_status).collect();
+            let failures = status_write_failures(&client, &args.namespace).await?;
+            let statuses: Vec<_> = agents(&api, agent.as_deref(), &args.namespace)
+                .await?
+                .iter()
+                .map(|wss| {
+                    let failure = failures.get(&wss.name_any()).cloned();
+                    view::with_status_write_failure(view::agent_status(wss), wss, failure)
+                })
+                .collect();
             render(args.output, &statuses, || view::status_table(&statuses, wide))
         }
         Command::Workspaces { agent } => {
@@ -116,6 +123,30 @@ async fn client(args: &Args) -> Result<Client, Error> {
     }
     .map_err(|e| Error::Kubeconfig(e.to_string()))?;
     Ok(Client::try_from(config)?)
+}
+
+/// Each agent's newest `StatusWriteFailed` Event, by its WorkspaceSyncStatus's name: what the
+/// agent says when the status itself cannot be written.
+async fn status_write_failures(
+    client: &Client,
+    namespace: &str,
+) -> Result<BTreeMap<String, view::StatusWriteFailure>, Error> {
+    use k8s_openapi::api::core::v1::Event;
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let reason = crate::crd::EVENT_STATUS_WRITE_FAILED;
+    let params = ListParams::default().fields(&format!("reason={reason},involvedObject.kind=WorkspaceSyncStatus"));
+    let mut newest: BTreeMap<String, view::StatusWriteFailure> = BTreeMap::new();
+    for event in api.list(&params).await?.items {
+        let at = event.series.as_ref().and_then(|s| s.last_observed_time.as_ref()).or(event.event_time.as_ref());
+        let at = at.map(|t| t.0);
+        let at = at.or(event.last_timestamp.as_ref().map(|t| t.0));
+        let (Some(agent), Some(at)) = (event.involved_object.name.clone(), at) else { continue };
+        let note = event.message.clone().unwrap_or_default();
+        if newest.get(&agent).is_none_or(|seen| seen.at < at) {
+            newest.insert(agent, view::StatusWriteFailure { at, note });
+        }
+    }
+    Ok(newest)
 }
 
 /// One agent's WorkspaceSyncStatus, or every one in the namespace.

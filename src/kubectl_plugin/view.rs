@@ -90,6 +90,34 @@ pub fn agent_status(wss: &WorkspaceSyncStatus) -> AgentStatus {
     }
 }
 
+/// The agent's newest `StatusWriteFailed` Event: when it was said, and what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusWriteFailure {
+    pub at: Timestamp,
+    pub note: String,
+}
+
+/// A status the agent cannot write still shows its last success: an Event said since then
+/// (newer than the status's last sync) is what holds now, and the status row says so.
+pub fn with_status_write_failure(
+    mut status: AgentStatus,
+    wss: &WorkspaceSyncStatus,
+    failure: Option<StatusWriteFailure>,
+) -> AgentStatus {
+    let Some(failure) = failure else { return status };
+    let written = wss.status.as_ref().and_then(|s| {
+        let partial = s.last_partial_sync_time.as_ref().map(|t| t.0);
+        let full = s.last_full_sync_time.as_ref().map(|t| t.0);
+        partial.max(full)
+    });
+    if written.is_none_or(|written| failure.at > written) {
+        status.synced = "False".into();
+        status.reason = "StatusWriteFailed".into();
+        status.message = failure.note;
+    }
+    status
+}
+
 pub fn errors(wss: &WorkspaceSyncStatus, now: Timestamp) -> Vec<ErrorRow> {
     let Some(status) = &wss.status else { return Vec::new() };
     status

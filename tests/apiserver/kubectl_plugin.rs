@@ -21,7 +21,7 @@ fn plugin_dir() -> &'static std::path::Path {
 }
 
 /// `kubectl <args>` with the plugin's directory first on the PATH.
-fn kubectl_with_plugin(args: &[&str]) -> Output {
+pub fn kubectl_with_plugin(args: &[&str]) -> Output {
     let path = format!("{}:{}", plugin_dir().display(), std::env::var("PATH").unwrap_or_default());
     Command::new("kubectl")
         .args(args)
@@ -31,7 +31,7 @@ fn kubectl_with_plugin(args: &[&str]) -> Output {
         .expect("kubectl")
 }
 
-fn ok(args: &[&str]) -> String {
+pub fn ok(args: &[&str]) -> String {
     let out = kubectl_with_plugin(args);
     assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()

@@ -27,6 +27,7 @@ mod monitoring;
 mod rbac;
 mod resync;
 mod shared_namespace;
+mod status_writes;
 mod sync_core;
 mod system_roots;
 mod workload_failures;

@@ -37,7 +37,7 @@ fn the_alert_rules_pass_their_promtool_tests() {
     std::fs::write(dir.path().join("rules.yaml"), rules.to_string()).expect("rules.yaml");
     std::fs::write(dir.path().join("alerts_test.yaml"), read("alerts_test.yaml")).expect("alerts_test.yaml");
     let promtool = promtool();
-    assert!(run(&promtool, &["check", "rules", "rules.yaml"], dir.path()).contains("SUCCESS: 6 rules found"));
+    assert!(run(&promtool, &["check", "rules", "rules.yaml"], dir.path()).contains("SUCCESS: 7 rules found"));
     assert!(run(&promtool, &["test", "rules", "alerts_test.yaml"], dir.path()).contains("SUCCESS"));
     let built = run("kubectl", &["kustomize", MONITORING], dir.path());
     for object in

@@ -33,6 +33,20 @@ impl Cluster {
         self.warn_event(&regarding, key, reason, action, &note).await;
     }
 
+    /// A Warning Event about the agent itself, on its WorkspaceSyncStatus.
+    pub async fn warn_agent(&self, reason: &str, action: &str, note: &str) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(cap_message_to(note, MAX_EVENT_NOTE_BYTES)),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &self.ledger_reference()).await {
+            tracing::warn!(error = %api_message(&error), reason, "could not emit an Event");
+        }
+    }
+
     /// Emit a Warning Event; failures to emit are logged, never fatal.
     /// The workspace's namespace goes in as the related object: kube's recorder merges events
     /// with the same regarding, related and reason into one series, and failures of different

@@ -2,7 +2,7 @@
 //!
 //! Pure data: loading it from the CRD status; `status` renders it back.
 
-use super::error_tracker::{ErrorTracker, Failure, Held};
+use super::error_tracker::{ApplyVersion, ErrorTracker, Failure, Held};
 pub use super::outcome::SyncOutcome;
 use super::workspace::WorkspaceKey;
 use crate::crd::WorkspaceSyncStatusStatus;
@@ -32,6 +32,9 @@ pub struct StatusFields {
     pub last_partial_sync: Option<Timestamp>,
     pub outcome: SyncOutcome,
 }
+
+/// The largest epoch the status can hold: the apiserver keeps its integers as int64.
+pub const MAX_EPOCH: u64 = i64::MAX.unsigned_abs();
 
 /// The most terminations the agent tracks at once: each is a GET every cycle and an entry in
 /// the status (about 80 bytes; 100,000 would pass the apiserver's 3 MiB request limit). More
@@ -64,9 +67,22 @@ impl Ledger {
     pub fn restore(status: Option<&WorkspaceSyncStatusStatus>) -> Self {
         let default = WorkspaceSyncStatusStatus::default();
         let status = status.unwrap_or(&default);
-        let mut errors = ErrorTracker::new(status.epoch.saturating_add(1));
+        let (epoch, repaired) = match status.epoch.checked_add(1).filter(|epoch| *epoch <= MAX_EPOCH) {
+            Some(epoch) => (epoch, false),
+            None => {
+                tracing::warn!(
+                    epoch = status.epoch,
+                    "the status's epoch is at the apiserver's int64 limit (edited by hand?); starting again at 1, \
+                     with every restored error older than it"
+                );
+                (1, true)
+            }
+        };
+        let mut errors = ErrorTracker::new(epoch);
         for record in &status.pending_errors {
-            let (Some(key), Ok(version)) = (WorkspaceKey::parse(&record.workspace), record.version.parse()) else {
+            let (Some(key), Ok(mut version)) =
+                (WorkspaceKey::parse(&record.workspace), record.version.parse::<ApplyVersion>())
+            else {
                 tracing::warn!(workspace = %record.workspace, "skipping an unreadable pending error in the ledger");
                 continue;
             };
@@ -85,6 +101,9 @@ impl Ledger {
                 first_seen: record.first_seen.0,
                 lasting: false,
             };
+            if repaired {
+                version.epoch = 0;
+            }
             errors.restore(key, Held { version, failure, acknowledged: record.acknowledged });
         }
         let settings =

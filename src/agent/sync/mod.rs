@@ -12,5 +12,6 @@ pub mod ledger;
 pub mod outcome;
 pub mod pod_failures;
 pub mod status;
+pub mod status_write;
 pub mod termination_clock;
 pub mod workspace;

@@ -167,7 +167,7 @@ fn a_restored_record_needs_its_message_and_the_newer_of_two_wins() {
             record("ns/pointless", "1.4", 9, true),
         ],
         error_messages: vec!["boom".into()],
-        epoch: u64::MAX,
+        epoch: 4,
         ..Default::default()
     };
     let restored = Ledger::restore(Some(&status));
@@ -175,5 +175,38 @@ fn a_restored_record_needs_its_message_and_the_newer_of_two_wins() {
     let versions: Vec<(String, String, bool)> =
         held.iter().map(|(key, held)| (key.to_string(), held.version.to_string(), held.acknowledged)).collect();
     assert_eq!(versions, [("ns/newer".to_string(), "1.7".to_string(), false)], "no empty error is restored");
-    assert_eq!(restored.errors().epoch(), u64::MAX, "an epoch at its end stays there");
+}
+
+/// An epoch edited to int64's maximum (or past it) would be raised past what the apiserver
+/// holds, and every status write refused: it starts again at 1, with the restored errors'
+/// versions below every new one.
+#[test]
+fn an_epoch_at_the_apiservers_limit_is_repaired_at_start() {
+    use crate::agent::sync::ledger::MAX_EPOCH;
+    for edited in [MAX_EPOCH, u64::MAX] {
+        let status = WorkspaceSyncStatusStatus {
+            pending_errors: vec![PendingErrorRecord {
+                workspace: "ns/ws".into(),
+                error_type: ErrorType::Applier,
+                version: format!("{}.3", MAX_EPOCH),
+                first_seen: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0)),
+                message: 0,
+                acknowledged: true,
+            }],
+            error_messages: vec!["boom".into()],
+            epoch: edited,
+            ..Default::default()
+        };
+        let mut restored = Ledger::restore(Some(&status));
+        assert_eq!(restored.errors().epoch(), 1, "{edited}");
+        let key = WorkspaceKey::new("ns", "ws");
+        let next = restored.errors_mut().begin(&key);
+        let held = restored.errors().held();
+        assert_eq!(held[0].1.version.to_string(), "0.3", "restored below the new epoch");
+        assert!(held[0].1.version < next, "a new apply supersedes it");
+        let written = restored.to_status(1, &[], at(1));
+        assert!(i64::try_from(written.epoch).is_ok(), "the apiserver holds what is written");
+    }
+    let near = WorkspaceSyncStatusStatus { epoch: MAX_EPOCH - 1, ..Default::default() };
+    assert_eq!(Ledger::restore(Some(&near)).errors().epoch(), MAX_EPOCH, "up to the limit, the epoch is kept");
 }
