@@ -54,6 +54,22 @@ pub struct ControlPlaneArgs {
     #[arg(long = "allowed-host", env = "WSYNC_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
 
+    /// Sign-in attempts a minute from one client address; an address whose attempts keep
+    /// failing also waits longer after each failure, until one succeeds.
+    #[arg(long, env = "WSYNC_SIGN_IN_ATTEMPTS_PER_MINUTE", default_value_t = http::state::SIGN_IN_ATTEMPTS_PER_ADDRESS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sign_in_attempts_per_minute: u32,
+
+    /// Sign-in attempts a minute from everyone together.
+    #[arg(long, env = "WSYNC_SIGN_IN_ATTEMPTS_PER_MINUTE_TOTAL", default_value_t = http::state::SIGN_IN_ATTEMPTS_TOTAL,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sign_in_attempts_per_minute_total: u32,
+
+    /// The address of a reverse proxy in front of the control plane, whose X-Forwarded-For
+    /// names the client (for the sign-in limits and the logs); repeatable.
+    #[arg(long = "trusted-proxy", env = "WSYNC_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+
     /// How long a signed-in page session lasts.
     #[arg(long, env = "WSYNC_SESSION_TTL", default_value = "12h", value_parser = parse_duration)]
     pub session_ttl: std::time::Duration,
@@ -171,6 +187,11 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let state = Arc::new(http::AppState {
         door: http::front_door::FrontDoor { allowed_hosts, scheme },
         session_ttl_ms: millis(args.session_ttl),
+        sign_in_limits: http::sign_in_limits::SignInLimits::new(
+            std::num::NonZeroU32::new(args.sign_in_attempts_per_minute).unwrap_or(std::num::NonZeroU32::MIN),
+            std::num::NonZeroU32::new(args.sign_in_attempts_per_minute_total).unwrap_or(std::num::NonZeroU32::MIN),
+        ),
+        trusted_proxies: args.trusted_proxies.clone(),
         metrics_token: match args.metrics_token_file.as_deref() {
             Some(path) => Some(store::hash_token(&read_secret_token_file(path).map_err(Error::MetricsToken)?)),
             None => None,

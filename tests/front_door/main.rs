@@ -14,6 +14,7 @@ mod browser;
 mod database;
 mod http2;
 mod scale_out;
+mod sign_in_limits;
 mod transport;
 
 pub fn http() -> reqwest::Client {

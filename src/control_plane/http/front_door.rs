@@ -4,6 +4,7 @@
 //! page the operator visits can make it send a request.
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
+use std::net::IpAddr;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "wsync_session";
@@ -140,6 +141,24 @@ pub fn local_path(next: &str) -> &str {
     if local { next } else { "/" }
 }
 
+/// The client a request is from: the connection's peer, or, when the peer is a proxy the
+/// operator trusts (`--trusted-proxy`), the last address its `X-Forwarded-For` appended. A
+/// header from anyone else is ignored: a client would name whatever address it liked.
+pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted_proxies: &[IpAddr]) -> Option<IpAddr> {
+    let peer = peer?;
+    if !trusted_proxies.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .next_back()
+        .and_then(|last| last.trim().parse().ok());
+    Some(forwarded.unwrap_or(peer))
+}
+
 /// The Host values a server on `address` answers to by default: its loopback names when it
 /// listens on loopback, none (any) otherwise.
 pub fn loopback_hosts(address: std::net::SocketAddr) -> Vec<String> {
@@ -221,5 +240,15 @@ mod tests {
             assert_eq!(local_path(hostile), "/", "{hostile:?}");
         }
         assert!(loopback_hosts("0.0.0.0:8080".parse().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn a_forwarded_address_is_believed_from_a_trusted_proxy_only() {
+        let (proxy, client): (IpAddr, IpAddr) = ("10.0.0.9".parse().unwrap(), "203.0.113.7".parse().unwrap());
+        let forged = headers(&[("x-forwarded-for", "198.51.100.1, 203.0.113.7")]);
+        assert_eq!(client_ip(Some(proxy), &forged, &[proxy]), Some(client), "the proxy's own entry, the last");
+        assert_eq!(client_ip(Some(client), &forged, &[proxy]), Some(client), "a client names no other address");
+        assert_eq!(client_ip(Some(proxy), &headers(&[("x-forwarded-for", "junk")]), &[proxy]), Some(proxy));
+        assert_eq!(client_ip(None, &forged, &[proxy]), None);
     }
 }

@@ -26,11 +26,17 @@ struct StateLabel {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: String,
+}
+
 pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_duration: Histogram,
     database_duration: Histogram,
     workspaces: Family<StateLabel, Gauge>,
+    sign_in_refusals: Family<LimitLabel, Counter>,
     /// When the workspaces were last counted; one scrape at a time counts and encodes.
     counted: tokio::sync::Mutex<Option<Instant>>,
     registry: Registry,
@@ -55,7 +61,17 @@ impl Default for Metrics {
             database_duration.clone(),
         );
         registry.register("workspaces", "Workspaces by actual state", workspaces.clone());
+        let sign_in_refusals = Family::<LimitLabel, Counter>::default();
+        for limit in ["backoff", "address", "global"] {
+            sign_in_refusals.get_or_create(&LimitLabel { limit: limit.into() }).inc_by(0);
+        }
+        registry.register(
+            "sign_in_refusals",
+            "Sign-in attempts refused with 429 before their token was checked, by the limit",
+            sign_in_refusals.clone(),
+        );
         Self {
+            sign_in_refusals,
             reconciles,
             reconcile_duration,
             database_duration,
@@ -67,6 +83,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    pub fn sign_in_refused(&self, limit: &str) {
+        self.sign_in_refusals.get_or_create(&LimitLabel { limit: limit.into() }).inc();
+    }
+
     /// `agent` is None when the request was not authenticated; `status` is the answer's.
     pub fn reconciled(&self, agent: Option<&str>, status: u16, took: Duration) {
         let result = match status {

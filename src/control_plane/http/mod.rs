@@ -8,6 +8,7 @@ pub mod front_door;
 pub mod metrics;
 pub mod page;
 pub mod server;
+pub mod sign_in_limits;
 pub mod state;
 pub mod ui;
 pub mod validation;

@@ -103,13 +103,27 @@ struct SignIn {
     next: String,
 }
 
-async fn sign_in(State(state): State<Arc<AppState>>, Form(form): Form<SignIn>) -> PageResult {
+async fn sign_in(
+    State(state): State<Arc<AppState>>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> PageResult {
     let next = local_path(&form.next);
+    // Counted before the token is checked, so that guessing is slow whatever the guess.
+    let client = state.client(&extensions, &headers);
+    if let Err(refused) = state.sign_in_limits.admit(client) {
+        let (status, retry_after) = state.refused_sign_in(refused, client, "the page's sign-in");
+        let said = format!("Too many sign-in attempts; try again in {} s.", refused.retry_after_seconds());
+        return Ok((status, retry_after, Html(ui::sign_in_page(next, Some(&said)))).into_response());
+    }
     if !state.is_admin(form.token.trim()).await? {
-        tracing::info!("a sign-in with a wrong admin token was refused");
+        state.sign_in_limits.failed(client);
+        tracing::info!(%client, "a sign-in with a wrong admin token was refused");
         let page = ui::sign_in_page(next, Some("That is not the admin token."));
         return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
     }
+    state.sign_in_limits.succeeded(client);
     let (cookie, _) = state.store.open_session(state.session_ttl_ms).await?;
     let cookie = session_cookie(&cookie, state.session_ttl_ms / 1000, state.door.scheme == "https");
     Ok(with_cookie(Redirect::to(next).into_response(), &cookie))

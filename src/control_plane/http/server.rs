@@ -73,9 +73,9 @@ pub async fn serve(
             permit = connections.clone().acquire_owned() => permit.map_err(|e| Error::Serve(std::io::Error::other(e)))?,
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors, say: wait instead of spinning.
                     tracing::warn!(%error, "accepting a connection failed");
@@ -104,7 +104,7 @@ pub async fn serve(
                 },
             };
             let activity = Arc::new(Activity::new());
-            let service = TowerToHyperService::new(tracking(activity.clone(), app));
+            let service = TowerToHyperService::new(tracking(activity.clone(), peer, app));
             let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
             if let Err(error) = until_closed(
                 builder.serve_connection(TokioIo::new(io), service),
@@ -182,9 +182,15 @@ impl Activity {
     }
 }
 
-/// `app`, counting the open requests of one connection in `activity`.
+/// The address a connection came from, on each of its requests.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddress(pub std::net::SocketAddr);
+
+/// `app`, counting the open requests of one connection in `activity`, each request carrying
+/// its connection's [`PeerAddress`].
 fn tracking(
     activity: Arc<Activity>,
+    peer: std::net::SocketAddr,
     app: Router,
 ) -> impl tower::Service<
     axum::http::Request<hyper::body::Incoming>,
@@ -192,7 +198,8 @@ fn tracking(
     Error = std::convert::Infallible,
     Future = impl Send,
 > + Clone {
-    tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+    tower::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(PeerAddress(peer));
         let open = OpenRequest::begin(&activity);
         let answer = app.clone().oneshot(request);
         async move {

@@ -2,7 +2,9 @@
 //! asking (an agent, the admin), the front door's middleware, and the actions both the JSON
 //! API and the page take.
 
-use super::front_door::{FrontDoor, Route};
+use super::front_door::{FrontDoor, Route, client_ip};
+use super::server::PeerAddress;
+use super::sign_in_limits::{SignInLimits, TooMany};
 use super::validation::desired_for_action;
 use crate::control_plane::decisions::pipeline::PipelineConfig;
 use crate::control_plane::model::{Agent, OrphanFate, Workspace};
@@ -10,8 +12,10 @@ use crate::control_plane::store::{Store, StoreError, hash_token, same_secret};
 use crate::protocol::ErrorBody;
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 /// Who may use the management API and sign in to the page.
@@ -41,7 +45,15 @@ pub struct AppState {
     pub metrics: super::metrics::Metrics,
     /// The SHA-256 of the token `/metrics` wants; None serves no metrics.
     pub metrics_token: Option<String>,
+    /// How fast anyone may try to sign in.
+    pub sign_in_limits: SignInLimits,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    pub trusted_proxies: Vec<IpAddr>,
 }
+
+/// Sign-in attempts a minute, per client address and for everyone, by default.
+pub const SIGN_IN_ATTEMPTS_PER_ADDRESS: u32 = 10;
+pub const SIGN_IN_ATTEMPTS_TOTAL: u32 = 120;
 
 impl AppState {
     /// A state on the protocol's standard paths, with a 12-hour session, answering to any Host.
@@ -56,7 +68,32 @@ impl AppState {
             prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
             metrics: super::metrics::Metrics::default(),
             metrics_token: None,
+            sign_in_limits: SignInLimits::new(
+                NonZeroU32::new(SIGN_IN_ATTEMPTS_PER_ADDRESS).unwrap_or(NonZeroU32::MIN),
+                NonZeroU32::new(SIGN_IN_ATTEMPTS_TOTAL).unwrap_or(NonZeroU32::MIN),
+            ),
+            trusted_proxies: Vec::new(),
         }
+    }
+
+    /// The client a request is from ([`super::front_door::client_ip`]); unspecified when the
+    /// request came in process, with no connection.
+    pub fn client(&self, extensions: &axum::http::Extensions, headers: &HeaderMap) -> IpAddr {
+        let peer = extensions.get::<PeerAddress>().map(|peer| peer.0.ip());
+        client_ip(peer, headers, &self.trusted_proxies).unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+    }
+
+    /// A sign-in refused by its limits: logged, counted, and how long to wait.
+    pub fn refused_sign_in(
+        &self,
+        refused: TooMany,
+        client: IpAddr,
+        what: &str,
+    ) -> (StatusCode, [(HeaderName, String); 1]) {
+        let retry_after = refused.retry_after_seconds();
+        tracing::warn!(%client, limit = refused.limit.label(), retry_after, what, "a sign-in was refused: too many attempts");
+        self.metrics.sign_in_refused(refused.limit.label());
+        (StatusCode::TOO_MANY_REQUESTS, [(axum::http::header::RETRY_AFTER, retry_after.to_string())])
     }
 
     /// Whether `token` is the admin token.
@@ -149,10 +186,24 @@ pub async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result
     state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
 }
 
-/// The JSON API's admin check: a Bearer token, never the page's cookie.
-async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let given = bearer(headers).ok_or_else(unauthorized)?;
-    if state.is_admin(given).await? { Ok(()) } else { Err(unauthorized()) }
+/// The JSON API's admin check: a Bearer token, never the page's cookie. An address that
+/// keeps sending wrong tokens waits, as at the page's sign-in; the rates do not apply, since
+/// every request carries the token.
+async fn authorize_admin(state: &AppState, parts: &axum::http::request::Parts) -> Result<(), Response> {
+    let client = state.client(&parts.extensions, &parts.headers);
+    if let Err(refused) = state.sign_in_limits.waiting(client) {
+        let (status, headers) = state.refused_sign_in(refused, client, "the API's admin token");
+        let message = format!("too many wrong tokens from {client}; retry after {} s", refused.retry_after_seconds());
+        return Err((status, headers, Json(ErrorBody { error: message })).into_response());
+    }
+    let given = bearer(&parts.headers).ok_or_else(|| unauthorized().into_response())?;
+    if state.is_admin(given).await.map_err(IntoResponse::into_response)? {
+        state.sign_in_limits.succeeded(client);
+        Ok(())
+    } else {
+        state.sign_in_limits.failed(client);
+        Err(unauthorized().into_response())
+    }
 }
 
 /// A request the admin token authorizes: a handler that takes it runs only for the admin, and
@@ -160,13 +211,13 @@ async fn authorize_admin(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
 pub struct Admin;
 
 impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         state: &Arc<AppState>,
-    ) -> Result<Self, ApiError> {
-        authorize_admin(state, &parts.headers).await.map(|()| Admin)
+    ) -> Result<Self, Response> {
+        authorize_admin(state, parts).await.map(|()| Admin)
     }
 }
 
