@@ -11,6 +11,8 @@ if [ "${1:-}" = --tests ]; then
   # The page test loads the control plane's page in a real browser; the store suite runs on PostgreSQL.
   command -v chromium >/dev/null || missing+=(chromium)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  # A real TLS-terminating reverse proxy in front of the control plane (--public-url).
+  [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-light)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2

@@ -20,6 +20,8 @@ pub enum Error {
     Serve(std::io::Error),
     #[error("TLS: {0}")]
     Tls(String),
+    #[error("{0}")]
+    PublicUrl(String),
     #[error(
         "refusing to serve plain HTTP on {address}, which is not loopback: agent and admin tokens would cross \
          the network in clear. Give --tls-cert-file and --tls-key-file, or --allow-insecure-http behind a \
@@ -38,6 +40,7 @@ impl Error {
             Error::Listen { .. } => "ListenFailed",
             Error::Serve(_) => "ServeFailed",
             Error::Tls(_) => "TlsUnusable",
+            Error::PublicUrl(_) => "InvalidPublicUrl",
             Error::InsecureListen { .. } => "InsecureListen",
         }
     }

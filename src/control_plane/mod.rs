@@ -48,6 +48,12 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_ALLOW_INSECURE_HTTP")]
     pub allow_insecure_http: bool,
 
+    /// The URL browsers open, when a reverse proxy stands in front (one that terminates TLS,
+    /// say): the page's origin, the session cookie's `Secure`, redirects and links follow it,
+    /// and its host is one the control plane answers to.
+    #[arg(long, env = "WSYNC_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     /// `host[:port]` the page and the management API answer to, besides the loopback names
     /// when listening on loopback; repeatable. Without any, a non-loopback server answers to
     /// every Host.
@@ -173,8 +179,11 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     }
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let public_url =
+        args.public_url.as_deref().map(http::front_door::PublicUrl::parse).transpose().map_err(Error::PublicUrl)?;
     let mut allowed_hosts = http::front_door::loopback_hosts(args.listen);
     allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+    allowed_hosts.extend(public_url.as_ref().map(|public| public.authority.clone()));
     let pipeline = decisions::pipeline::PipelineConfig {
         settings,
         lifecycle: decisions::rules::Lifecycle {
@@ -185,7 +194,11 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         label_key: args.workspace_label_key.clone(),
     };
     let state = Arc::new(http::AppState {
-        door: http::front_door::FrontDoor { allowed_hosts, scheme },
+        door: http::front_door::FrontDoor {
+            allowed_hosts,
+            scheme,
+            public_origin: public_url.as_ref().map(|public| public.origin.clone()),
+        },
         session_ttl_ms: millis(args.session_ttl),
         sign_in_limits: http::sign_in_limits::SignInLimits::new(
             std::num::NonZeroU32::new(args.sign_in_attempts_per_minute).unwrap_or(std::num::NonZeroU32::MIN),

@@ -10,6 +10,7 @@ use serde_json::Value;
 use support::ControlPlaneProcess;
 
 mod api;
+mod behind_proxy;
 mod browser;
 mod database;
 mod http2;

@@ -8,6 +8,7 @@ pub mod control_plane;
 pub mod fault_proxy;
 pub mod kubelet;
 pub mod postgres;
+pub mod reverse_proxy;
 pub mod server_side_apply;
 pub mod stub;
 pub mod system;

@@ -6,6 +6,45 @@
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use std::net::IpAddr;
 
+/// What `--public-url` gives: the origin browsers see, and the Host they send with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    /// `https://cp.example` or `https://cp.example:8443`, without a trailing slash.
+    pub origin: String,
+    /// `cp.example` or `cp.example:8443`, as a browser's Host header names it.
+    pub authority: String,
+}
+
+impl PublicUrl {
+    /// An `http` or `https` URL with a host and nothing after it but `/`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let refused = |why: &str| {
+            format!("--public-url {text:?}: {why}; give the URL browsers open, e.g. https://wsync.example.com")
+        };
+        let url = url::Url::parse(text).map_err(|e| refused(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(refused("the scheme must be http or https"));
+        }
+        if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
+            return Err(refused("it may hold no user, query or fragment"));
+        }
+        if url.path() != "/" {
+            return Err(refused("the control plane serves at the root of its host; the path must be empty"));
+        }
+        let host = url.host_str().ok_or_else(|| refused("it names no host"))?.to_ascii_lowercase();
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        };
+        Ok(Self { origin: format!("{}://{authority}", url.scheme()), authority })
+    }
+
+    /// `path` (from `/`) as an absolute URL under this origin.
+    pub fn join(&self, path: &str) -> String {
+        format!("{}{path}", self.origin)
+    }
+}
+
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "wsync_session";
 
@@ -29,6 +68,9 @@ pub struct FrontDoor {
     pub allowed_hosts: Vec<String>,
     /// `https` when serving TLS, else `http`: the scheme of the page's own origin.
     pub scheme: &'static str,
+    /// The origin browsers see (`--public-url`), when a proxy stands in front: the Origin a
+    /// write must carry, whatever scheme the proxy spoke to the control plane.
+    pub public_origin: Option<String>,
 }
 
 /// Which kind of route a request is for.
@@ -69,6 +111,11 @@ fn text<'a>(headers: &'a HeaderMap, name: &header::HeaderName) -> Option<&'a str
 }
 
 impl FrontDoor {
+    /// Whether the page's origin is served over TLS, to the browser: its cookie is `Secure`.
+    pub fn secure(&self) -> bool {
+        self.public_origin.as_deref().map_or(self.scheme == "https", |origin| origin.starts_with("https://"))
+    }
+
     /// Judge a request by its method, authority and headers, before authentication and before
     /// its body. `authority` is HTTP/2's `:authority`, when it came that way.
     pub fn judge(
@@ -91,7 +138,10 @@ impl FrontDoor {
         }
         match text(headers, &header::ORIGIN) {
             Some(origin) => {
-                let own = host.map(|host| format!("{}://{host}", self.scheme));
+                let own = match &self.public_origin {
+                    Some(public) => Some(public.clone()),
+                    None => host.map(|host| format!("{}://{host}", self.scheme)),
+                };
                 if own.is_none_or(|own| !origin.eq_ignore_ascii_case(&own)) {
                     return Err(Refusal::CrossOrigin);
                 }
@@ -182,7 +232,11 @@ mod tests {
     }
 
     fn door() -> FrontDoor {
-        FrontDoor { allowed_hosts: loopback_hosts("127.0.0.1:8080".parse().unwrap()), scheme: "http" }
+        FrontDoor {
+            allowed_hosts: loopback_hosts("127.0.0.1:8080".parse().unwrap()),
+            scheme: "http",
+            public_origin: None,
+        }
     }
 
     #[test]
@@ -220,11 +274,46 @@ mod tests {
         assert_eq!(door().judge(Route::Api, &Method::POST, None, &plain), Err(Refusal::NotJson));
         let no_origin = headers(&[("host", "127.0.0.1:8080")]);
         assert_eq!(door().judge(Route::Page, &Method::POST, None, &no_origin), Err(Refusal::CrossOrigin));
-        let tls = FrontDoor { allowed_hosts: vec![], scheme: "https" };
+        let tls = FrontDoor { allowed_hosts: vec![], scheme: "https", public_origin: None };
         let over_tls = headers(&[("host", "cp.example"), ("origin", "https://cp.example")]);
         assert_eq!(tls.judge(Route::Page, &Method::POST, None, &over_tls), Ok(()));
         let downgraded = headers(&[("host", "cp.example"), ("origin", "http://cp.example")]);
         assert_eq!(tls.judge(Route::Page, &Method::POST, None, &downgraded), Err(Refusal::CrossOrigin));
+    }
+
+    /// Behind a proxy that terminates TLS the control plane speaks plain HTTP, but the browser's
+    /// origin is the public URL's: its writes pass, a downgraded or foreign origin does not.
+    #[test]
+    fn behind_a_tls_proxy_the_public_origin_is_the_pages() {
+        let public = PublicUrl::parse("https://CP.example:8443/").unwrap();
+        assert_eq!(public, PublicUrl { origin: "https://cp.example:8443".into(), authority: "cp.example:8443".into() });
+        assert_eq!(
+            PublicUrl::parse("https://cp.example:443").unwrap().authority,
+            "cp.example",
+            "as a browser sends it"
+        );
+        let door = FrontDoor {
+            allowed_hosts: vec![public.authority.clone()],
+            scheme: "http",
+            public_origin: Some(public.origin.clone()),
+        };
+        assert!(door.secure());
+        let form = headers(&[("host", "cp.example:8443"), ("origin", "https://cp.example:8443")]);
+        assert_eq!(door.judge(Route::Page, &Method::POST, None, &form), Ok(()));
+        for origin in ["http://cp.example:8443", "https://evil.example"] {
+            let request = headers(&[("host", "cp.example:8443"), ("origin", origin)]);
+            assert_eq!(door.judge(Route::Page, &Method::POST, None, &request), Err(Refusal::CrossOrigin), "{origin}");
+        }
+        for bad in [
+            "ftp://cp.example",
+            "https://cp.example/wsync",
+            "https://u:p@cp.example",
+            "https://cp.example/?a=1",
+            "cp.example",
+        ] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(public.join("/agents/a1"), "https://cp.example:8443/agents/a1");
     }
 
     #[test]

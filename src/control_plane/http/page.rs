@@ -40,7 +40,7 @@ async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session
 }
 
 /// To the sign-in form, and back to `path` after it.
-fn sign_in_first(path: &str) -> Response {
+fn sign_in_first(state: &AppState, path: &str) -> Response {
     let next: String = path
         .bytes()
         .map(|b| {
@@ -51,7 +51,7 @@ fn sign_in_first(path: &str) -> Response {
             }
         })
         .collect();
-    Redirect::to(&format!("/sign-in?next={next}")).into_response()
+    Redirect::to(&state.link(&format!("/sign-in?next={next}"))).into_response()
 }
 
 /// A live session, from the cookie alone: a form's handler takes it before its `Form`, so a
@@ -81,7 +81,7 @@ impl SignedIn {
 }
 
 async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> PageResult {
-    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first("/")) };
+    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, "/")) };
     let agents = state.store.agent_ids().await?;
     Ok(Html(ui::index_page(&agents, &session.csrf_token)).into_response())
 }
@@ -125,8 +125,8 @@ async fn sign_in(
     }
     state.sign_in_limits.succeeded(client);
     let (cookie, _) = state.store.open_session(state.session_ttl_ms).await?;
-    let cookie = session_cookie(&cookie, state.session_ttl_ms / 1000, state.door.scheme == "https");
-    Ok(with_cookie(Redirect::to(next).into_response(), &cookie))
+    let cookie = session_cookie(&cookie, state.session_ttl_ms / 1000, state.door.secure());
+    Ok(with_cookie(Redirect::to(&state.link(next)).into_response(), &cookie))
 }
 
 #[derive(serde::Deserialize)]
@@ -145,8 +145,8 @@ async fn sign_out(
     if let Some(cookie) = cookie_value(&headers, SESSION_COOKIE) {
         state.store.close_session(cookie).await?;
     }
-    let cleared = session_cookie("", 0, state.door.scheme == "https");
-    Ok(with_cookie(Redirect::to("/sign-in").into_response(), &cleared))
+    let cleared = session_cookie("", 0, state.door.secure());
+    Ok(with_cookie(Redirect::to(&state.link("/sign-in")).into_response(), &cleared))
 }
 
 fn with_cookie(mut response: Response, cookie: &str) -> Response {
@@ -163,7 +163,7 @@ async fn agent_page(
     Query(page): Query<PageQuery>,
 ) -> PageResult {
     let Some(session) = session(&state, &headers).await? else {
-        return Ok(sign_in_first(&format!("/agents/{agent}")));
+        return Ok(sign_in_first(&state, &format!("/agents/{agent}")));
     };
     exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(PAGE_SIZE).clamp(1, MAX_PAGE);
@@ -205,7 +205,7 @@ async fn orphan_action(
     signed_in.check(&form.csrf)?;
     let agent = target.0.clone();
     settle_orphan(&state, target, form.image).await?;
-    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+    Ok(Redirect::to(&state.link(&format!("/agents/{agent}"))).into_response())
 }
 
 async fn workspace_action(
@@ -217,5 +217,5 @@ async fn workspace_action(
     signed_in.check(&form.csrf)?;
     let agent = target.0.clone();
     set_desired(&state, target).await?;
-    Ok(Redirect::to(&format!("/agents/{agent}")).into_response())
+    Ok(Redirect::to(&state.link(&format!("/agents/{agent}"))).into_response())
 }

@@ -62,7 +62,7 @@ impl AppState {
             store,
             pipeline,
             admin,
-            door: FrontDoor { allowed_hosts: Vec::new(), scheme: "http" },
+            door: FrontDoor { allowed_hosts: Vec::new(), scheme: "http", public_origin: None },
             session_ttl_ms: 12 * 3_600_000,
             reconcile_path: crate::protocol::RECONCILE_PATH.into(),
             prerequisites_path: crate::protocol::PREREQUISITES_PATH.into(),
@@ -73,6 +73,14 @@ impl AppState {
                 NonZeroU32::new(SIGN_IN_ATTEMPTS_TOTAL).unwrap_or(NonZeroU32::MIN),
             ),
             trusted_proxies: Vec::new(),
+        }
+    }
+
+    /// `path` as the browser should be sent to it: absolute under `--public-url` when given.
+    pub fn link(&self, path: &str) -> String {
+        match &self.door.public_origin {
+            Some(origin) => format!("{origin}{path}"),
+            None => path.to_string(),
         }
     }
 
