@@ -155,6 +155,17 @@ wait_port_free() {
   die "port $port is still in use"
 }
 
+# The apiserver's client certificate to kubelets (logs, exec): a kubelet that refuses anonymous
+# requests authenticates it by the cluster CA, and its webhook authorizes system:masters.
+make_kubelet_client_cert() {
+  local pki=$STATE_DIR/pki
+  [ -f "$pki/kubelet-client.crt" ] && return
+  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+    -keyout "$pki/kubelet-client.key" -out "$pki/kubelet-client.csr" 2>/dev/null
+  openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 3650 -out "$pki/kubelet-client.crt" 2>/dev/null
+}
+
 make_pki() {
   local pki=$STATE_DIR/pki
   [ -f "$pki/apiserver.crt" ] && return
@@ -169,6 +180,7 @@ make_pki() {
     -days 3650 -extfile "$pki/san.ext" -out "$pki/apiserver.crt" 2>/dev/null
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  make_kubelet_client_cert
 }
 
 write_configs() {
@@ -237,11 +249,13 @@ up() {
 
   wait_port_free "$APISERVER_PORT"
   local pki=$STATE_DIR/pki
+  make_kubelet_client_cert
   "$BIN/kube-apiserver" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" --token-auth-file="$STATE_DIR/tokens.csv" \
+    --kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key" \
     --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \

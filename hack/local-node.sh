@@ -106,16 +106,17 @@ TOML
             "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
-  # Anonymous and AlwaysAllow, bound to a host-local address only: the local apiserver has
-  # no client certificate for kubelets.
+  # As a production kubelet: no anonymous request; a bearer token is checked by a TokenReview
+  # and every request authorized by a SubjectAccessReview; the apiserver (logs, exec) presents
+  # its client certificate of the cluster CA (hack/local-cluster.sh).
   cat >"$STATE/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
-authorization: {mode: AlwaysAllow}
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: $CLUSTER/pki/ca.crt}}
+authorization: {mode: Webhook}
 cgroupDriver: cgroupfs
 failSwapOn: false
 makeIPTablesUtilChains: false

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/wsync-agent");
+pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/wsync-agent");
 
-fn helm(args: &[&str]) -> String {
+pub fn helm(args: &[&str]) -> String {
     let out =
         Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/helm.sh")).args(args).output().expect("hack/helm.sh");
     let said = String::from_utf8_lossy(&out.stderr);

@@ -47,6 +47,45 @@ fn the_alert_rules_pass_their_promtool_tests() {
     }
 }
 
+/// The pinned prometheus-operator CRDs (crds/third-party/prometheus-operator).
+const OPERATOR_CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/third-party/prometheus-operator");
+
+/// The monitoring objects are validated by a server, as every other rendered object is: the
+/// prometheus-operator CRDs applied, then `manifests/monitoring` and the chart's ServiceMonitor
+/// and PrometheusRule dry-run against them. A malformed one is refused, so the check bites.
+#[test]
+fn the_monitoring_objects_pass_a_servers_validation() {
+    let env = env();
+    for crd in ["monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"] {
+        let file = format!("{OPERATOR_CRDS}/{crd}");
+        kubectl_ok(env, &["apply", "--server-side", "--force-conflicts", "-f", &file]);
+    }
+    let names = ["crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"];
+    kubectl_ok(env, &[&["wait", "--for=condition=Established", "--timeout=60s"][..], &names[..]].concat());
+    let applied = kubectl_ok(env, &["apply", "-k", MONITORING, "--dry-run=server"]);
+    for object in
+        ["servicemonitor.monitoring.coreos.com/wsync-agent", "prometheusrule.monitoring.coreos.com/wsync-agent"]
+    {
+        assert!(applied.contains(object), "{object} missing from:\n{applied}");
+    }
+    let values = serde_json::json!({ "metrics": { "serviceMonitor": { "enabled": true }, "prometheusRule": { "enabled": true } },
+                                     "crds": { "enabled": false } });
+    let rendered = crate::helm_chart::helm(&["render", crate::helm_chart::CHART, &values.to_string(), AGENT_NAMESPACE]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("chart.yaml");
+    std::fs::write(&file, &rendered).expect("write");
+    let checked = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "apply", "--dry-run=server", "-f", path_str(&file)]);
+    for kind in ["servicemonitor.monitoring.coreos.com/", "prometheusrule.monitoring.coreos.com/"] {
+        assert!(checked.contains(kind), "{kind} missing from:\n{checked}");
+    }
+    let broken = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: broken}\n\
+                  spec: {selector: {}, endpoints: [{port: metrics, interval: every-minute}]}\n";
+    let file = dir.path().join("broken.yaml");
+    std::fs::write(&file, broken).expect("write");
+    let refused = kubectl(env, &["-n", AGENT_NAMESPACE, "apply", "--dry-run=server", "-f", path_str(&file)]);
+    assert!(!refused.status.success(), "a malformed interval passes: the CRDs validate nothing");
+}
+
 /// Metric names in `text`: the words that start with `wsync_`.
 fn named(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

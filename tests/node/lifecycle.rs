@@ -107,3 +107,32 @@ async fn a_pod_that_never_gets_ready_fails_at_its_progress_deadline() {
     assert_eq!(status["phase"], "Running", "a real container, running: {status}");
     assert_eq!(status["containerStatuses"][0]["ready"], false, "never Ready: {status}");
 }
+
+/// The node's kubelet is a production one (#37): an anonymous request is refused, a token is
+/// checked by a TokenReview and its rights by a SubjectAccessReview, and the apiserver reaches
+/// it (kubectl logs) with its client certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubelet_refuses_anonymous_and_unauthorized_requests() {
+    if !node_up() {
+        return;
+    }
+    let env = env();
+    let status = |token: Option<&str>| {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5"]);
+        if let Some(token) = token {
+            curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        let out = curl.arg(format!("https://{NODE_IP}:10250/pods")).output().expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert_eq!(status(None), "401", "anonymous");
+    let nobody = unique_id("kubelet-nobody");
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "serviceaccount", &nobody]);
+    let token = kubectl_ok(env, &["-n", AGENT_NAMESPACE, "create", "token", &nobody, "--duration=10m"]);
+    assert_eq!(status(Some(token.trim())), "403", "a token without nodes/proxy");
+    let admin = std::fs::read_to_string(&env.admin_kubeconfig).expect("admin kubeconfig");
+    let admin_token = admin.lines().find_map(|l| l.trim().strip_prefix("token: ")).expect("admin token");
+    assert_eq!(status(Some(admin_token)), "200", "the cluster's admin");
+    kubectl_ok(env, &["-n", AGENT_NAMESPACE, "delete", "serviceaccount", &nobody]);
+}
