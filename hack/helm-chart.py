@@ -1,4 +1,4 @@
-"""Render or lint a chart with Helm's SDK (helm-python-sdk); see hack/helm.sh."""
+"""Render, lint, install or uninstall a chart with Helm's SDK (helm-python-sdk); see hack/helm.sh."""
 import json
 import sys
 
@@ -23,6 +23,17 @@ def main(argv):
             if path.endswith("NOTES.txt") or not text:
                 continue
             print(f"---\n# Source: {path}\n{text}")
+        return 0
+    if command in ("install", "uninstall"):
+        # Into the cluster $KUBECONFIG names, as `helm install --create-namespace` would.
+        namespace, release = argv[4], argv[5]
+        with helm.Config(namespace=namespace) as config:
+            if command == "install":
+                done = config.install(chart, release, values, namespace=namespace, create_namespace=True, timeout=120)
+            else:
+                done = config.uninstall(release, ignore_not_found=True, timeout=120)
+        summary = done.get("release", done) if isinstance(done, dict) else {}
+        print(json.dumps({k: summary.get(k) for k in ("name", "namespace", "status")}, default=str))
         return 0
     print(f"unknown command {command!r}", file=sys.stderr)
     return 2

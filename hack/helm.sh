@@ -2,6 +2,7 @@
 # Render or lint a Helm chart with Helm v4's own Go SDK, through the PyPI package
 # helm-python-sdk (no helm binary is packaged for these machines), installed once into the
 # cache. Usage: hack/helm.sh render CHART VALUES_JSON NAMESPACE | hack/helm.sh lint CHART VALUES_JSON
+#   | hack/helm.sh install|uninstall CHART VALUES_JSON NAMESPACE RELEASE (into $KUBECONFIG's cluster)
 set -euo pipefail
 VERSION=0.2.2
 # helm_python_sdk-0.2.2-py3-none-manylinux_2_28_x86_64.whl, the wheel for these machines.

@@ -24,7 +24,7 @@ pub fn helm(args: &[&str]) -> String {
 /// `kind/name` → the object, without what Helm or kustomize add on their own: the release's
 /// labels, the keep policy, and the namespace (Helm sets it at install). Selectors and the
 /// Pod template's labels are compared whole.
-fn by_name(stream: &str) -> BTreeMap<String, Value> {
+pub fn by_name(stream: &str) -> BTreeMap<String, Value> {
     let objects = wsync::yaml::parse_objects(stream).expect("a YAML stream");
     objects
         .into_iter()
@@ -132,7 +132,7 @@ fn with_its_defaults_the_chart_gives_the_manifests_objects() {
 
 /// The Deployment's container as the agent process: its args, and its env with the
 /// downward API's fields filled in and the token's mount moved to `token_file`.
-fn agent_command(deployment: &Value, namespace: &str, token_file: &std::path::Path) -> Command {
+pub fn agent_command(deployment: &Value, namespace: &str, token_file: &std::path::Path) -> Command {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
     for arg in container["args"].as_array().expect("args") {

@@ -18,6 +18,7 @@ mod fresh_namespaces;
 mod gitlab_parity;
 mod held_errors;
 mod helm_chart;
+mod helm_releases;
 mod hostile;
 mod kubectl_plugin;
 mod leader;

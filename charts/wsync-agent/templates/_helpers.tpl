@@ -1,5 +1,25 @@
+{{/* The release's objects' name: fullnameOverride, else the release's name when it names
+the chart (the default release, wsync-agent, gives manifests/' names), else
+<release>-wsync-agent. */}}
 {{- define "wsync-agent.name" -}}
-{{- default "wsync-agent" .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains "wsync-agent" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-wsync-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the release's cluster-scoped objects (ClusterRole and its binding), which
+two releases in two namespaces must not share: the namespaced name, with the namespace
+appended outside manifests/' wsync-system. */}}
+{{- define "wsync-agent.clusterName" -}}
+{{- if eq .Release.Namespace "wsync-system" -}}
+{{- include "wsync-agent.name" . -}}
+{{- else -}}
+{{- printf "%s-%s" (include "wsync-agent.name" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "wsync-agent.selectorLabels" -}}
