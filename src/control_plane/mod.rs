@@ -95,9 +95,23 @@ pub struct ControlPlaneArgs {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub body_timeout: std::time::Duration,
 
-    /// Open connections at most; more wait in the listen backlog.
+    /// Open connections at most, shared by everyone; more wait in the listen backlog (past
+    /// the agents' own, `--agent-connections`).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+
+    /// Connections kept for agents beyond `--max-connections`: when everyone else holds the
+    /// shared ones, a new connection serves only the agents' requests.
+    #[arg(long, default_value_t = 64)]
+    pub agent_connections: usize,
+
+    /// Open connections one client address may hold, in the shared pool and in the agents'.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_address: u32,
+
+    /// Requests one client address may have in flight, its agents' requests counted apart.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_requests_per_address: u32,
 
     /// The share of an agent's workspaces the lifecycle rules may terminate in one reconcile,
     /// in percent (at least one is always allowed); the rest wait for later reconciles.
@@ -220,7 +234,13 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         header_timeout: args.header_timeout,
         body_timeout: args.body_timeout,
         http2_idle_timeout: args.http2_idle_timeout,
-        max_connections: args.max_connections,
+        limits: http::connection_limits::Limits {
+            max_connections: args.max_connections,
+            agent_connections: args.agent_connections,
+            connections_per_address: usize::try_from(args.max_connections_per_address).unwrap_or(usize::MAX),
+            requests_per_address: usize::try_from(args.max_requests_per_address).unwrap_or(usize::MAX),
+        },
+        agent_paths: vec![state.reconcile_path.clone(), state.prerequisites_path.clone()],
     };
     http::server::serve(listener, http::router(state), options, shutdown_signal()).await
 }

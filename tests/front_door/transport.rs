@@ -282,7 +282,7 @@ async fn a_session_ends_at_its_ttl() {
 async fn connections_past_the_limit_wait_their_turn() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("control-plane.log");
-    let limits = ["--max-connections", "2", "--header-timeout", "30s"];
+    let limits = ["--max-connections", "2", "--agent-connections", "0", "--header-timeout", "30s"];
     let control_plane = ControlPlaneProcess::start(&sqlite(&dir), log, &limits);
     let address = control_plane.url.trim_start_matches("http://").to_string();
     let mut held = Vec::new();

@@ -4,6 +4,7 @@
 pub mod agent_endpoints;
 pub mod agents_api;
 pub mod api;
+pub mod connection_limits;
 pub mod front_door;
 pub mod metrics;
 pub mod page;

@@ -4,9 +4,12 @@
 //! bounded by the header timeout, a body timeout, a bound on open connections, and graceful
 //! shutdown. axum's own `serve` offers none of these knobs.
 
+use super::connection_limits::{Budget, ConnectionLimits, Limits};
 use crate::control_plane::error::Error;
 use crate::runtime::LockExt;
 use axum::Router;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -28,7 +31,11 @@ pub struct ServeOptions {
     pub body_timeout: Duration,
     /// An HTTP/2 connection with no request open for this long is closed with a GOAWAY.
     pub http2_idle_timeout: Duration,
-    pub max_connections: usize,
+    /// Who may hold connections and requests ([`ConnectionLimits`]).
+    pub limits: Limits,
+    /// The agents' paths (reconcile, prerequisites): the requests that count in the agents'
+    /// budget, and the only ones a reserve connection serves.
+    pub agent_paths: Vec<String>,
 }
 
 /// A server config from PEM files: the certificate chain, and its private key.
@@ -62,15 +69,16 @@ pub async fn serve(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
     builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(options.header_timeout));
     let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
-    let connections = Arc::new(tokio::sync::Semaphore::new(options.max_connections.max(1)));
+    let limits = Arc::new(ConnectionLimits::new(options.limits));
+    let agent_paths: Arc<[String]> = options.agent_paths.into();
     // Each connection's task holds a receiver until it ends: a send asks every one to close
     // gracefully, and `closed()` is when the last has.
     let (stopping, _) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
-        // A connection past the limit waits in the kernel's backlog, not in memory here.
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => permit.map_err(|e| Error::Serve(std::io::Error::other(e)))?,
+        // A connection past the limits waits in the kernel's backlog, not in memory here.
+        let room = tokio::select! {
+            room = limits.room() => room.ok_or_else(|| Error::Serve(std::io::Error::other("the connection pools closed")))?,
             () = &mut shutdown => break,
         };
         let (stream, peer) = tokio::select! {
@@ -85,10 +93,16 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(slot) = limits.place(room, peer.ip()) else {
+            tracing::debug!(%peer, "closing a connection past its address's share");
+            continue;
+        };
         let (builder, app, stop, tls) = (builder.clone(), app.clone(), stopping.subscribe(), tls.clone());
         let (handshake_timeout, http2_idle_timeout) = (options.header_timeout, options.http2_idle_timeout);
+        let (limits, agent_paths) = (limits.clone(), agent_paths.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let budget = slot.budget;
+            let _slot = slot;
             // The protocol is known before a byte is read, so that the header timeout runs from
             // the start: HTTP/1.1 in clear, and over TLS what ALPN agreed. (auto's sniffing of
             // a clear connection's first bytes has no timeout.)
@@ -104,12 +118,14 @@ pub async fn serve(
                 },
             };
             let activity = Arc::new(Activity::new());
-            let service = TowerToHyperService::new(tracking(activity.clone(), peer, app));
+            let connection = Connection { peer, budget, activity: activity.clone(), limits, agent_paths };
+            let service = TowerToHyperService::new(tracking(connection, app));
             let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
             if let Err(error) = until_closed(
                 builder.serve_connection(TokioIo::new(io), service),
                 stop,
-                h2.then_some((&activity, http2_idle_timeout)),
+                &activity,
+                h2.then_some(http2_idle_timeout),
             )
             .await
             {
@@ -129,15 +145,16 @@ pub async fn serve(
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Connection<'a, S> = auto::Connection<'a, TokioIo<Box<dyn Io>>, S, TokioExecutor>;
+type Served<'a, S> = auto::Connection<'a, TokioIo<Box<dyn Io>>, S, TokioExecutor>;
 
 /// Serve one connection until it ends. Server shutdown, and for HTTP/2 `idle` (no request open
 /// for that long), close it gracefully: requests in flight finish, and an HTTP/2 peer learns
 /// from the GOAWAY which of its requests were not taken, to send them again.
 async fn until_closed<S, B>(
-    connection: Connection<'_, S>,
+    connection: Served<'_, S>,
     mut stop: tokio::sync::watch::Receiver<()>,
-    idle: Option<(&Activity, Duration)>,
+    activity: &Activity,
+    idle: Option<Duration>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: hyper::service::Service<axum::http::Request<hyper::body::Incoming>, Response = axum::http::Response<B>>,
@@ -156,8 +173,12 @@ where
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
-            () = idle_for(idle), if !closing && idle.is_some() => {
+            () = idle_for(idle.map(|limit| (activity, limit))), if !closing && idle.is_some() => {
                 tracing::debug!("closing an idle HTTP/2 connection");
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = activity.close.notified(), if !closing => {
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
@@ -165,14 +186,16 @@ where
     }
 }
 
-/// How many requests one connection has open, and since when it has had none.
+/// How many requests one connection has open, and since when it has had none; and a request
+/// to close it once its open requests are answered.
 struct Activity {
     state: Mutex<(usize, Instant)>,
+    close: tokio::sync::Notify,
 }
 
 impl Activity {
     fn new() -> Self {
-        Self { state: Mutex::new((0, Instant::now())) }
+        Self { state: Mutex::new((0, Instant::now())), close: tokio::sync::Notify::new() }
     }
 
     /// Since when no request has been open; None while one is.
@@ -186,11 +209,23 @@ impl Activity {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddress(pub std::net::SocketAddr);
 
-/// `app`, counting the open requests of one connection in `activity`, each request carrying
-/// its connection's [`PeerAddress`].
-fn tracking(
-    activity: Arc<Activity>,
+/// One connection, as its requests see it.
+#[derive(Clone)]
+struct Connection {
     peer: std::net::SocketAddr,
+    /// A reserve connection ([`Budget::Agents`]) serves the agents' paths only.
+    budget: Budget,
+    activity: Arc<Activity>,
+    limits: Arc<ConnectionLimits>,
+    agent_paths: Arc<[String]>,
+}
+
+/// `app`, for one connection: each request carries its [`PeerAddress`], counts in its
+/// address's budget of requests in flight (429 past it), and is counted open in the
+/// connection's activity. A reserve connection answers anything but an agent's request with a
+/// 503 and closes, and closes after a refused agent token, so that it cannot be held.
+fn tracking(
+    connection: Connection,
     app: Router,
 ) -> impl tower::Service<
     axum::http::Request<hyper::body::Incoming>,
@@ -199,14 +234,41 @@ fn tracking(
     Future = impl Send,
 > + Clone {
     tower::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(PeerAddress(peer));
-        let open = OpenRequest::begin(&activity);
-        let answer = app.clone().oneshot(request);
+        request.extensions_mut().insert(PeerAddress(connection.peer));
+        let open = OpenRequest::begin(&connection.activity);
+        let agents = connection.agent_paths.iter().any(|path| path == request.uri().path());
+        let budget = if agents { Budget::Agents } else { Budget::Everyone };
+        let reserve_only = connection.budget == Budget::Agents;
+        let counted = connection.limits.begin_request(connection.peer.ip(), budget);
+        let answer = (counted.is_some() && (agents || !reserve_only)).then(|| app.clone().oneshot(request));
+        let connection = connection.clone();
         async move {
             let _open = open;
-            answer.await
+            let _counted = counted;
+            let Some(answer) = answer else {
+                if reserve_only && !agents {
+                    connection.activity.close.notify_one();
+                    return Ok(busy(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "every connection is taken; only agents are served now",
+                    ));
+                }
+                tracing::debug!(peer = %connection.peer, "refusing a request past its address's share in flight");
+                return Ok(busy(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this address"));
+            };
+            let response = answer.await?;
+            if reserve_only && matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                connection.activity.close.notify_one();
+            }
+            Ok(response)
         }
     })
+}
+
+/// A refusal that asks to be retried in a second.
+fn busy(status: StatusCode, message: &str) -> axum::response::Response {
+    let body = axum::Json(crate::protocol::ErrorBody { error: message.into() });
+    (status, [(axum::http::header::RETRY_AFTER, "1")], body).into_response()
 }
 
 /// One open request: counted from its head until its answer is ready (or it is dropped).
