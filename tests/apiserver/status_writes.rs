@@ -26,17 +26,7 @@ async fn a_status_the_agent_cannot_write_is_said_and_syncing_goes_on() {
     let env = env();
     let account = unique_id("no-status");
     let rbac = rbac_without_status_writes(&account);
-    let applied = std::process::Command::new("kubectl")
-        .args(["--kubeconfig", path_str(&env.admin_kubeconfig), "-n", AGENT_NAMESPACE, "apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().expect("stdin").write_all(rbac.as_bytes())?;
-            child.wait()
-        })
-        .expect("kubectl");
-    assert!(applied.success());
+    kubectl_apply_in(env, AGENT_NAMESPACE, &rbac);
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = kubeconfig_of(env, &account, dir.path());
     let system = System::start_as("nostatus", &[], &[], kubeconfig).await;

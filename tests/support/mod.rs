@@ -278,8 +278,18 @@ pub fn assert_cannot(env: &TestEnv, user: &str, denied: &[(&str, &str)]) {
 
 /// `kubectl apply -f -` of `yaml`, as the admin; panics when it fails.
 pub fn kubectl_apply(env: &TestEnv, yaml: &str) {
+    apply_stdin(env, &[], yaml)
+}
+
+/// [`kubectl_apply`], with `namespace` for the objects that name none (and no other).
+pub fn kubectl_apply_in(env: &TestEnv, namespace: &str, yaml: &str) {
+    apply_stdin(env, &["-n", namespace], yaml)
+}
+
+fn apply_stdin(env: &TestEnv, flags: &[&str], yaml: &str) {
     use std::io::Write;
     let applied = Command::new("kubectl")
+        .args(flags)
         .args(["apply", "-f", "-"])
         .env("KUBECONFIG", &env.admin_kubeconfig)
         .stdin(std::process::Stdio::piped())
