@@ -132,8 +132,9 @@ pub const MIN_TOKEN_CHARS: usize = 32;
 /// one or two repeated characters is no secret.
 const MIN_DISTINCT_TOKEN_CHARS: usize = 8;
 
-/// [`read_token_file`], refusing a token a guesser could find: fewer than [`MIN_TOKEN_CHARS`]
-/// characters, or too few different ones. For tokens people write by hand into a Secret.
+/// [`read_token_file`], refusing a token too short or too uniform to hold 128 bits: fewer than
+/// [`MIN_TOKEN_CHARS`] characters, or too few different ones. A cheap floor for tokens people
+/// write by hand into a Secret, not a measure of randomness.
 pub fn read_secret_token_file(path: &Path) -> Result<String, TokenFileError> {
     let token = read_token_file(path)?;
     let length = token.chars().count();

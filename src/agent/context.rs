@@ -162,7 +162,13 @@ impl Context {
         if written.json.as_deref() != Some(json.get()) {
             crate::runtime::failpoint::hit("before-status-write");
             if let Err(error) = self.parts.cluster.write_status(&json).await {
-                self.status_write_failed(&mut written.health, &error).await;
+                let said = self.status_write_failed(&mut written.health, &error);
+                // The Event is published after the lock: an apiserver that does not answer
+                // must not stall every other writer behind it.
+                drop(written);
+                if let Some(note) = said {
+                    self.parts.cluster.warn_agent(STATUS_WRITE_FAILED, "WriteStatus", &note).await;
+                }
                 return Err(error);
             }
             if let Some(recovered) = written.health.written() {
@@ -180,10 +186,11 @@ impl Context {
         Ok(())
     }
 
-    /// A refused status write is loud: counted at every failure, and said in the log and an
-    /// Event on the WorkspaceSyncStatus when it starts, changes reason, and every 5 minutes.
-    /// The cycle goes on failing (and retrying) while the rest of the agent keeps syncing.
-    async fn status_write_failed(&self, health: &mut StatusWriteHealth, error: &super::error::Error) {
+    /// A refused status write is loud: counted at every failure, and said in the log and (by
+    /// the caller) an Event on the WorkspaceSyncStatus when it starts, changes reason, and
+    /// every 5 minutes: the Event's note, when it is to be said. The cycle goes on failing
+    /// (and retrying) while the rest of the agent keeps syncing.
+    fn status_write_failed(&self, health: &mut StatusWriteHealth, error: &super::error::Error) -> Option<String> {
         let (code, reason) = match error {
             super::error::Error::Kube(kube::Error::Api(status)) => (Some(status.code), status.reason.as_str()),
             _ => (None, ""),
@@ -192,14 +199,14 @@ impl Context {
         let metrics = &self.parts.metrics;
         metrics.status_write_failures.get_or_create(&ReasonLabel { reason: reason.clone() }).inc();
         metrics.status_write_failing.set(1);
-        if health.failed(&reason, Timestamp::now()) {
-            let note = format!(
-                "the agent cannot write its WorkspaceSyncStatus ({reason}): {error}. It keeps syncing; what it \
-                 learns is not saved until a write succeeds, and a restart begins with a full cycle"
-            );
-            tracing::error!(%reason, %error, "could not write the WorkspaceSyncStatus; the agent keeps syncing and retries");
-            self.parts.cluster.warn_agent(STATUS_WRITE_FAILED, "WriteStatus", &note).await;
+        if !health.failed(&reason, Timestamp::now()) {
+            return None;
         }
+        tracing::error!(%reason, %error, "could not write the WorkspaceSyncStatus; the agent keeps syncing and retries");
+        Some(format!(
+            "the agent cannot write its WorkspaceSyncStatus ({reason}): {error}. It keeps syncing; what it \
+             learns is not saved until a write succeeds, and a restart begins with a full cycle"
+        ))
     }
 
     /// `persist`, for callers that can only log a failure: the next cycle writes again.
@@ -210,8 +217,11 @@ impl Context {
     }
 
     /// Forget what was written, so that the next persist writes the whole status again.
+    /// Whether the writes were failing is kept: the next write that succeeds says it ended.
     pub async fn forget_written(&self) {
-        *self.written.lock().await = Written::default();
+        let mut written = self.written.lock().await;
+        let health = std::mem::take(&mut written.health);
+        *written = Written { health, ..Written::default() };
     }
 
     /// Enforce the leading-edge gap between cycle starts.

@@ -241,6 +241,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
             requests_per_address: usize::try_from(args.max_requests_per_address).unwrap_or(usize::MAX),
         },
         agent_paths: vec![state.reconcile_path.clone(), state.prerequisites_path.clone()],
+        trusted_proxies: args.trusted_proxies.clone(),
     };
     http::server::serve(listener, http::router(state), options, shutdown_signal()).await
 }

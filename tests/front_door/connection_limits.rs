@@ -80,6 +80,10 @@ async fn agents_reconcile_while_browsers_hold_every_shared_connection() {
     let mut late = connect_from("127.0.0.5", &control_plane).await;
     assert_eq!(get_on(&mut late, "/").await, Some(503), "a browser gets a reserve connection's refusal");
     assert_eq!(get_on(&mut late, "/healthz").await, None, "and the connection is closed, not held");
+    let mut asking = connect_from("127.0.0.5", &control_plane).await;
+    let reconcile_path = wsync::protocol::RECONCILE_PATH;
+    assert_eq!(get_on(&mut asking, reconcile_path).await, Some(405), "an agent's path, asked wrong");
+    assert_eq!(get_on(&mut asking, reconcile_path).await, None, "closed after any answer but a success");
 
     let reconcile = format!("{}{}", control_plane.url, wsync::protocol::RECONCILE_PATH);
     let report = serde_json::json!({ "update_type": "full", "workspace_agent_infos": [] });

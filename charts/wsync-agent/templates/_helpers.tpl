@@ -1,24 +1,17 @@
-{{/* The release's objects' name: fullnameOverride, else the release's name when it names
-the chart (the default release, wsync-agent, gives manifests/' names), else
-<release>-wsync-agent. */}}
+{{/* The objects' name: wsync-agent, as manifests/ names them, or fullnameOverride. Two
+releases in two namespaces may share it; only their cluster-scoped objects may not. */}}
 {{- define "wsync-agent.name" -}}
-{{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains "wsync-agent" .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-wsync-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
+{{- default "wsync-agent" .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* The name of the release's cluster-scoped objects (ClusterRole and its binding), which
 two releases in two namespaces must not share: the namespaced name, with the namespace
-appended outside manifests/' wsync-system. */}}
+appended outside manifests/' wsync-system, whole (an RBAC name may have 253 characters). */}}
 {{- define "wsync-agent.clusterName" -}}
 {{- if eq .Release.Namespace "wsync-system" -}}
 {{- include "wsync-agent.name" . -}}
 {{- else -}}
-{{- printf "%s-%s" (include "wsync-agent.name" .) .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" (include "wsync-agent.name" .) .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
 

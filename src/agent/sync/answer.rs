@@ -12,8 +12,8 @@ use std::collections::HashMap;
 /// Longer names are not reported back: they could only bloat the ledger and the status.
 const MAX_REPORTED_NAME_BYTES: usize = 253;
 
-/// The most infos the agent reads from one answer: five times the 10,000 workspaces an agent
-/// is built for. The rest are not parsed; the control plane sends them again.
+/// The most infos the agent takes from one answer: five times the 10,000 workspaces an agent
+/// is built for. The rest are skipped (lexed, never decoded) and said in `AnswerLimited`.
 pub const MAX_INFOS_PER_ANSWER: usize = 50_000;
 
 /// The answer, split into what can be handled and what is refused.

@@ -37,8 +37,8 @@ async fn list_workspaces(
     let mut response = Json(&workspaces).into_response();
     if let Some(last) = workspaces.last().filter(|_| workspaces.len() == limit) {
         let (agent, after) = (url_part(&agent), url_part(&last.name));
-        let next = state.link(&format!("/api/v1/agents/{agent}/workspaces?after={after}&limit={limit}"));
-        let link = format!("<{next}>; rel=\"next\"");
+        // Relative (RFC 8288 resolves it against the request): right through any proxy.
+        let link = format!("</api/v1/agents/{agent}/workspaces?after={after}&limit={limit}>; rel=\"next\"");
         if let Ok(value) = HeaderValue::from_str(&link) {
             response.headers_mut().insert(header::LINK, value);
         }

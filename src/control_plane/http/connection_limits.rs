@@ -27,6 +27,10 @@ pub struct Limits {
     pub requests_per_address: usize,
 }
 
+/// Reserve connections one address may hold: an agent needs one, and one address must not
+/// take the whole reserve.
+const RESERVE_PER_ADDRESS: usize = 2;
+
 pub struct ConnectionLimits {
     limits: Limits,
     shared: Arc<Semaphore>,
@@ -98,31 +102,43 @@ impl ConnectionLimits {
         }
     }
 
-    /// Place a connection from `address`, with the room [`Self::room`] found: in the shared
-    /// pool while its address has its share left there, else in the reserve (agents only),
-    /// else nowhere (it is closed at once).
-    pub fn place(&self, room: Pool, address: IpAddr) -> Option<ConnectionSlot> {
+    /// Place a connection from `address` (as [`super::front_door::address_key`] counts it),
+    /// with the room [`Self::room`] found: in the shared pool while its address has its share
+    /// left there, else in the reserve (agents only), else nowhere (it is closed at once). A
+    /// `proxy` the operator trusts carries many clients: it has no share of its own.
+    pub fn place(&self, room: Pool, address: IpAddr, proxy: bool) -> Option<ConnectionSlot> {
         let shared = match room {
             Pool::Shared(permit) => Some(permit),
             Pool::Reserve(reserve) => match self.shared.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
-                Err(_) => return self.count(address, Budget::Agents, reserve),
+                Err(_) => return self.count(address, Budget::Agents, reserve, proxy),
             },
         };
         if let Some(permit) = shared {
-            match self.count(address, Budget::Everyone, permit) {
+            match self.count(address, Budget::Everyone, permit, proxy) {
                 Some(slot) => return Some(slot),
                 None => {
                     let reserve = self.reserve.clone().try_acquire_owned().ok()?;
-                    return self.count(address, Budget::Agents, reserve);
+                    return self.count(address, Budget::Agents, reserve, proxy);
                 }
             }
         }
         None
     }
 
-    fn count(&self, address: IpAddr, budget: Budget, permit: OwnedSemaphorePermit) -> Option<ConnectionSlot> {
-        let counted = self.take(address, budget, false, self.limits.connections_per_address)?;
+    fn count(
+        &self,
+        address: IpAddr,
+        budget: Budget,
+        permit: OwnedSemaphorePermit,
+        proxy: bool,
+    ) -> Option<ConnectionSlot> {
+        let limit = match (proxy, budget) {
+            (true, _) => usize::MAX,
+            (false, Budget::Everyone) => self.limits.connections_per_address,
+            (false, Budget::Agents) => RESERVE_PER_ADDRESS.min(self.limits.connections_per_address),
+        };
+        let counted = self.take(address, budget, false, limit)?;
         Some(ConnectionSlot { budget, _permit: permit, _counted: counted })
     }
 
@@ -162,25 +178,47 @@ mod tests {
         let (hog, other): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let mut held = Vec::new();
         for _ in 0..2 {
-            let slot = limits.place(limits.room().await.unwrap(), hog).unwrap();
+            let slot = limits.place(limits.room().await.unwrap(), hog, false).unwrap();
             assert_eq!(slot.budget, Budget::Everyone);
             held.push(slot);
         }
-        let third = limits.place(limits.room().await.unwrap(), hog).expect("past its share: the reserve");
+        let third = limits.place(limits.room().await.unwrap(), hog, false).expect("past its share: the reserve");
         assert_eq!(third.budget, Budget::Agents, "served for agents only");
         held.push(third);
-        let fourth = limits.place(limits.room().await.unwrap(), hog).expect("its share of the reserve");
+        let fourth = limits.place(limits.room().await.unwrap(), hog, false).expect("its share of the reserve");
         assert_eq!(fourth.budget, Budget::Agents);
         held.push(fourth);
-        assert!(limits.place(limits.room().await.unwrap(), hog).is_none(), "past every share: closed");
-        let theirs = limits.place(limits.room().await.unwrap(), other).expect("another address");
+        assert!(limits.place(limits.room().await.unwrap(), hog, false).is_none(), "past every share: closed");
+        let theirs = limits.place(limits.room().await.unwrap(), other, false).expect("another address");
         assert_eq!(theirs.budget, Budget::Everyone, "the hog did not take the shared pool");
         held.push(theirs);
         // The shared pool is full (3) and so is the reserve (2): a new one waits.
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), limits.room()).await;
         assert!(waiting.is_err(), "past both pools, a connection waits");
         drop(held);
-        assert!(limits.place(limits.room().await.unwrap(), hog).is_some_and(|s| s.budget == Budget::Everyone));
+        assert!(limits.place(limits.room().await.unwrap(), hog, false).is_some_and(|s| s.budget == Budget::Everyone));
+    }
+
+    #[tokio::test]
+    async fn a_trusted_proxy_has_no_share_and_one_address_takes_at_most_two_of_the_reserve() {
+        let limits = ConnectionLimits::new(Limits {
+            max_connections: 2,
+            agent_connections: 8,
+            connections_per_address: 1,
+            requests_per_address: 1,
+        });
+        let (proxy, hog): (IpAddr, IpAddr) = ("10.0.0.9".parse().unwrap(), "10.0.0.1".parse().unwrap());
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let slot = limits.place(limits.room().await.unwrap(), proxy, true).unwrap();
+            assert_eq!(slot.budget, Budget::Everyone, "a proxy's clients share the pool, not one address's share");
+            held.push(slot);
+        }
+        held.push(limits.place(limits.room().await.unwrap(), hog, false).unwrap());
+        assert!(
+            limits.place(limits.room().await.unwrap(), hog, false).is_none(),
+            "one address: one of the reserve here"
+        );
     }
 
     #[test]

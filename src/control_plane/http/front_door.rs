@@ -195,8 +195,8 @@ pub fn local_path(next: &str) -> &str {
 /// operator trusts (`--trusted-proxy`), the last address its `X-Forwarded-For` appended. A
 /// header from anyone else is ignored: a client would name whatever address it liked.
 pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted_proxies: &[IpAddr]) -> Option<IpAddr> {
-    let peer = peer?;
-    if !trusted_proxies.contains(&peer) {
+    let peer = peer?.to_canonical();
+    if !is_trusted(peer, trusted_proxies) {
         return Some(peer);
     }
     let forwarded = headers
@@ -205,8 +205,27 @@ pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted_proxies: &[I
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .next_back()
-        .and_then(|last| last.trim().parse().ok());
-    Some(forwarded.unwrap_or(peer))
+        .and_then(|last| last.trim().parse::<IpAddr>().ok());
+    Some(forwarded.map_or(peer, |ip| ip.to_canonical()))
+}
+
+/// Whether `peer` is one of the proxies the operator trusts, an IPv4 peer on an IPv6 socket
+/// (`::ffff:a.b.c.d`) included.
+pub fn is_trusted(peer: IpAddr, trusted_proxies: &[IpAddr]) -> bool {
+    let peer = peer.to_canonical();
+    trusted_proxies.iter().any(|trusted| trusted.to_canonical() == peer)
+}
+
+/// What the per-address limits count a client under: its IPv4 address, or its IPv6 /64 (one
+/// host is usually given a whole /64, and would otherwise be 2^64 clients).
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+        v4 => v4,
+    }
 }
 
 /// The Host values a server on `address` answers to by default: its loopback names when it
@@ -339,5 +358,15 @@ mod tests {
         assert_eq!(client_ip(Some(client), &forged, &[proxy]), Some(client), "a client names no other address");
         assert_eq!(client_ip(Some(proxy), &headers(&[("x-forwarded-for", "junk")]), &[proxy]), Some(proxy));
         assert_eq!(client_ip(None, &forged, &[proxy]), None);
+        let mapped: IpAddr = "::ffff:10.0.0.9".parse().unwrap();
+        assert_eq!(client_ip(Some(mapped), &forged, &[proxy]), Some(client), "an IPv4 proxy on an IPv6 socket");
+    }
+
+    #[test]
+    fn an_ipv6_host_is_one_client_per_64() {
+        let (a, b): (IpAddr, IpAddr) = ("2001:db8:1:2::1".parse().unwrap(), "2001:db8:1:2:ffff::9".parse().unwrap());
+        assert_eq!(address_key(a), address_key(b));
+        assert_ne!(address_key(a), address_key("2001:db8:1:3::1".parse().unwrap()));
+        assert_eq!(address_key("::ffff:192.0.2.1".parse().unwrap()), "192.0.2.1".parse::<IpAddr>().unwrap());
     }
 }

@@ -5,6 +5,7 @@
 //! shutdown. axum's own `serve` offers none of these knobs.
 
 use super::connection_limits::{Budget, ConnectionLimits, Limits};
+use super::front_door::{address_key, client_ip, is_trusted};
 use crate::control_plane::error::Error;
 use crate::runtime::LockExt;
 use axum::Router;
@@ -15,6 +16,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +38,9 @@ pub struct ServeOptions {
     /// The agents' paths (reconcile, prerequisites): the requests that count in the agents'
     /// budget, and the only ones a reserve connection serves.
     pub agent_paths: Vec<String>,
+    /// Proxies whose X-Forwarded-For names the client (`--trusted-proxy`): a proxy's
+    /// connections carry many clients, whose requests are counted by that header.
+    pub trusted_proxies: Vec<IpAddr>,
 }
 
 /// A server config from PEM files: the certificate chain, and its private key.
@@ -71,6 +76,7 @@ pub async fn serve(
     let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
     let limits = Arc::new(ConnectionLimits::new(options.limits));
     let agent_paths: Arc<[String]> = options.agent_paths.into();
+    let trusted: Arc<[IpAddr]> = options.trusted_proxies.into();
     // Each connection's task holds a receiver until it ends: a send asks every one to close
     // gracefully, and `closed()` is when the last has.
     let (stopping, _) = tokio::sync::watch::channel(());
@@ -93,13 +99,14 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Some(slot) = limits.place(room, peer.ip()) else {
+        let proxy = is_trusted(peer.ip(), &trusted);
+        let Some(slot) = limits.place(room, address_key(peer.ip()), proxy) else {
             tracing::debug!(%peer, "closing a connection past its address's share");
             continue;
         };
         let (builder, app, stop, tls) = (builder.clone(), app.clone(), stopping.subscribe(), tls.clone());
         let (handshake_timeout, http2_idle_timeout) = (options.header_timeout, options.http2_idle_timeout);
-        let (limits, agent_paths) = (limits.clone(), agent_paths.clone());
+        let (limits, agent_paths, trusted) = (limits.clone(), agent_paths.clone(), trusted.clone());
         tokio::spawn(async move {
             let budget = slot.budget;
             let _slot = slot;
@@ -118,7 +125,9 @@ pub async fn serve(
                 },
             };
             let activity = Arc::new(Activity::new());
-            let connection = Connection { peer, budget, activity: activity.clone(), limits, agent_paths };
+            let connection = Connection { peer, budget, activity: activity.clone(), limits, agent_paths, trusted };
+            // A reserve connection that sends nothing is not held for HTTP/2's idle timeout.
+            let http2_idle_timeout = if budget == Budget::Agents { handshake_timeout } else { http2_idle_timeout };
             let service = TowerToHyperService::new(tracking(connection, app));
             let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
             if let Err(error) = until_closed(
@@ -218,12 +227,14 @@ struct Connection {
     activity: Arc<Activity>,
     limits: Arc<ConnectionLimits>,
     agent_paths: Arc<[String]>,
+    trusted: Arc<[IpAddr]>,
 }
 
 /// `app`, for one connection: each request carries its [`PeerAddress`], counts in its
-/// address's budget of requests in flight (429 past it), and is counted open in the
-/// connection's activity. A reserve connection answers anything but an agent's request with a
-/// 503 and closes, and closes after a refused agent token, so that it cannot be held.
+/// client's budget of requests in flight (429 past it; behind a trusted proxy, the client its
+/// X-Forwarded-For names), and is counted open in the connection's activity. A reserve
+/// connection answers anything but an agent's request with a 503, and closes after any answer
+/// but a success, so that it cannot be held by asking again.
 fn tracking(
     connection: Connection,
     app: Router,
@@ -239,7 +250,9 @@ fn tracking(
         let agents = connection.agent_paths.iter().any(|path| path == request.uri().path());
         let budget = if agents { Budget::Agents } else { Budget::Everyone };
         let reserve_only = connection.budget == Budget::Agents;
-        let counted = connection.limits.begin_request(connection.peer.ip(), budget);
+        let client = client_ip(Some(connection.peer.ip()), request.headers(), &connection.trusted)
+            .unwrap_or(connection.peer.ip());
+        let counted = connection.limits.begin_request(address_key(client), budget);
         let answer = (counted.is_some() && (agents || !reserve_only)).then(|| app.clone().oneshot(request));
         let connection = connection.clone();
         async move {
@@ -257,7 +270,7 @@ fn tracking(
                 return Ok(busy(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this address"));
             };
             let response = answer.await?;
-            if reserve_only && matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            if reserve_only && !response.status().is_success() {
                 connection.activity.close.notify_one();
             }
             Ok(response)

@@ -73,7 +73,12 @@ pub struct SignInLimits {
     global: DefaultDirectRateLimiter,
     failures: Mutex<HashMap<IpAddr, Failures>>,
     clock: DefaultClock,
+    /// When the maps were last swept of stale addresses: at most every [`SWEEP_EVERY`], so
+    /// that many addresses cost a sweep now and then, not one per attempt.
+    swept: Mutex<Instant>,
 }
+
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 impl SignInLimits {
     /// `per_address` and `global` attempts a minute, each also the burst.
@@ -83,13 +88,14 @@ impl SignInLimits {
             global: RateLimiter::direct(Quota::per_minute(global)),
             failures: Mutex::new(HashMap::new()),
             clock: DefaultClock::default(),
+            swept: Mutex::new(Instant::now()),
         }
     }
 
     /// Count an attempt from `address`, before its token is checked.
     pub fn admit(&self, address: IpAddr) -> Result<(), TooMany> {
         self.waiting(address)?;
-        if self.per_address.len() > MAX_TRACKED_ADDRESSES {
+        if self.per_address.len() > MAX_TRACKED_ADDRESSES && self.sweep_due() {
             self.per_address.retain_recent();
         }
         let now = self.clock.now();
@@ -114,17 +120,29 @@ impl SignInLimits {
     pub fn failed(&self, address: IpAddr) {
         let mut failures = self.failures.lock_unpoisoned();
         if failures.len() >= MAX_TRACKED_ADDRESSES && !failures.contains_key(&address) {
-            let now = Instant::now();
-            failures.retain(|_, seen| now.duration_since(seen.last) < MAX_BACKOFF);
+            if self.sweep_due() {
+                let now = Instant::now();
+                failures.retain(|_, seen| now.duration_since(seen.last) < MAX_BACKOFF);
+            }
             if failures.len() >= MAX_TRACKED_ADDRESSES {
-                // Past the bound with every entry fresh: the per-address and global rates
-                // still hold this address back.
+                // Past the bound with every entry fresh, this address's failures are not
+                // remembered: at the page, the rates still hold it back; at the API, the
+                // token's 128 bits do.
                 return;
             }
         }
         let seen = failures.entry(address).or_insert(Failures { count: 0, last: Instant::now() });
         seen.count = seen.count.saturating_add(1);
         seen.last = Instant::now();
+    }
+
+    fn sweep_due(&self) -> bool {
+        let mut swept = self.swept.lock_unpoisoned();
+        if swept.elapsed() < SWEEP_EVERY {
+            return false;
+        }
+        *swept = Instant::now();
+        true
     }
 
     /// A success resets its address's failures.

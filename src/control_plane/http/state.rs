@@ -2,7 +2,7 @@
 //! asking (an agent, the admin), the front door's middleware, and the actions both the JSON
 //! API and the page take.
 
-use super::front_door::{FrontDoor, Route, client_ip};
+use super::front_door::{FrontDoor, Route, address_key, client_ip};
 use super::server::PeerAddress;
 use super::sign_in_limits::{SignInLimits, TooMany};
 use super::validation::desired_for_action;
@@ -84,11 +84,12 @@ impl AppState {
         }
     }
 
-    /// The client a request is from ([`super::front_door::client_ip`]); unspecified when the
-    /// request came in process, with no connection.
+    /// The client a request is from ([`super::front_door::client_ip`]), as the limits count it
+    /// ([`address_key`]); unspecified when the request came in process, with no connection.
     pub fn client(&self, extensions: &axum::http::Extensions, headers: &HeaderMap) -> IpAddr {
         let peer = extensions.get::<PeerAddress>().map(|peer| peer.0.ip());
-        client_ip(peer, headers, &self.trusted_proxies).unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+        let client = client_ip(peer, headers, &self.trusted_proxies);
+        address_key(client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))
     }
 
     /// A sign-in refused by its limits: logged, counted, and how long to wait.
