@@ -27,7 +27,21 @@ const LONG: Duration = Duration::from_secs(60);
 /// the answer cap, 64 MiB, of a huge answer.
 const PEAK_RSS_BOUND_KB: u64 = 150 * 1024;
 /// The tests in this module, so that the last one to finish prints the summary.
-const TESTS: usize = 15;
+const TESTS: usize = 16;
+
+/// [`TESTS`] is every test here, so that the summary is printed by the last one and not
+/// while another is still attacking.
+#[test]
+fn the_summary_waits_for_every_test() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apiserver/hostile");
+    let sources = std::fs::read_dir(dir).expect("the hostile suite").filter_map(|entry| {
+        let path = entry.ok()?.path();
+        (path.extension()? == "rs").then(|| std::fs::read_to_string(path).ok()).flatten()
+    });
+    let tests: usize =
+        sources.map(|source| source.lines().filter(|line| line.starts_with("#[tokio::test")).count()).sum();
+    assert_eq!(tests, TESTS, "const TESTS in tests/apiserver/hostile/mod.rs");
+}
 
 static FINISHED: AtomicUsize = AtomicUsize::new(0);
 static ATTACKS: AtomicUsize = AtomicUsize::new(0);
