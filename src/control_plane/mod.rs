@@ -218,7 +218,6 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
             std::num::NonZeroU32::new(args.sign_in_attempts_per_minute).unwrap_or(std::num::NonZeroU32::MIN),
             std::num::NonZeroU32::new(args.sign_in_attempts_per_minute_total).unwrap_or(std::num::NonZeroU32::MIN),
         ),
-        trusted_proxies: args.trusted_proxies.clone(),
         metrics_token: match args.metrics_token_file.as_deref() {
             Some(path) => Some(store::hash_token(&read_secret_token_file(path).map_err(Error::MetricsToken)?)),
             None => None,

@@ -38,11 +38,6 @@ impl PublicUrl {
         };
         Ok(Self { origin: format!("{}://{authority}", url.scheme()), authority })
     }
-
-    /// `path` (from `/`) as an absolute URL under this origin.
-    pub fn join(&self, path: &str) -> String {
-        format!("{}{path}", self.origin)
-    }
 }
 
 /// The session cookie's name.
@@ -332,7 +327,6 @@ mod tests {
         ] {
             assert!(PublicUrl::parse(bad).is_err(), "{bad}");
         }
-        assert_eq!(public.join("/agents/a1"), "https://cp.example:8443/agents/a1");
     }
 
     #[test]

@@ -106,12 +106,11 @@ struct SignIn {
 async fn sign_in(
     State(state): State<Arc<AppState>>,
     extensions: axum::http::Extensions,
-    headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> PageResult {
     let next = local_path(&form.next);
     // Counted before the token is checked, so that guessing is slow whatever the guess.
-    let client = state.client(&extensions, &headers);
+    let client = state.client(&extensions);
     if let Err(refused) = state.sign_in_limits.admit(client) {
         let (status, retry_after) = state.refused_sign_in(refused, client, "the page's sign-in");
         let said = format!("Too many sign-in attempts; try again in {} s.", refused.retry_after_seconds());

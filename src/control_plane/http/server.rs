@@ -214,9 +214,10 @@ impl Activity {
     }
 }
 
-/// The address a connection came from, on each of its requests.
+/// The client a request is from, as the limits count it ([`address_key`] of [`client_ip`]):
+/// decided once per request here, read by the sign-in limits.
 #[derive(Debug, Clone, Copy)]
-pub struct PeerAddress(pub std::net::SocketAddr);
+pub struct ClientAddress(pub IpAddr);
 
 /// One connection, as its requests see it.
 #[derive(Clone)]
@@ -230,7 +231,7 @@ struct Connection {
     trusted: Arc<[IpAddr]>,
 }
 
-/// `app`, for one connection: each request carries its [`PeerAddress`], counts in its
+/// `app`, for one connection: each request carries its [`ClientAddress`], counts in its
 /// client's budget of requests in flight (429 past it; behind a trusted proxy, the client its
 /// X-Forwarded-For names), and is counted open in the connection's activity. A reserve
 /// connection answers anything but an agent's request with a 503, and closes after any answer
@@ -245,14 +246,15 @@ fn tracking(
     Future = impl Send,
 > + Clone {
     tower::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(PeerAddress(connection.peer));
         let open = OpenRequest::begin(&connection.activity);
         let agents = connection.agent_paths.iter().any(|path| path == request.uri().path());
         let budget = if agents { Budget::Agents } else { Budget::Everyone };
         let reserve_only = connection.budget == Budget::Agents;
         let client = client_ip(Some(connection.peer.ip()), request.headers(), &connection.trusted)
             .unwrap_or(connection.peer.ip());
-        let counted = connection.limits.begin_request(address_key(client), budget);
+        let client = address_key(client);
+        request.extensions_mut().insert(ClientAddress(client));
+        let counted = connection.limits.begin_request(client, budget);
         let answer = (counted.is_some() && (agents || !reserve_only)).then(|| app.clone().oneshot(request));
         let connection = connection.clone();
         async move {

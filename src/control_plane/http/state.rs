@@ -2,8 +2,8 @@
 //! asking (an agent, the admin), the front door's middleware, and the actions both the JSON
 //! API and the page take.
 
-use super::front_door::{FrontDoor, Route, address_key, client_ip};
-use super::server::PeerAddress;
+use super::front_door::{FrontDoor, Route};
+use super::server::ClientAddress;
 use super::sign_in_limits::{SignInLimits, TooMany};
 use super::validation::desired_for_action;
 use crate::control_plane::decisions::pipeline::PipelineConfig;
@@ -47,8 +47,6 @@ pub struct AppState {
     pub metrics_token: Option<String>,
     /// How fast anyone may try to sign in.
     pub sign_in_limits: SignInLimits,
-    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
-    pub trusted_proxies: Vec<IpAddr>,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -72,7 +70,6 @@ impl AppState {
                 NonZeroU32::new(SIGN_IN_ATTEMPTS_PER_ADDRESS).unwrap_or(NonZeroU32::MIN),
                 NonZeroU32::new(SIGN_IN_ATTEMPTS_TOTAL).unwrap_or(NonZeroU32::MIN),
             ),
-            trusted_proxies: Vec::new(),
         }
     }
 
@@ -84,12 +81,10 @@ impl AppState {
         }
     }
 
-    /// The client a request is from ([`super::front_door::client_ip`]), as the limits count it
-    /// ([`address_key`]); unspecified when the request came in process, with no connection.
-    pub fn client(&self, extensions: &axum::http::Extensions, headers: &HeaderMap) -> IpAddr {
-        let peer = extensions.get::<PeerAddress>().map(|peer| peer.0.ip());
-        let client = client_ip(peer, headers, &self.trusted_proxies);
-        address_key(client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))
+    /// The client a request is from, as the accept loop decided it ([`ClientAddress`]);
+    /// unspecified when the request came in process, with no connection.
+    pub fn client(&self, extensions: &axum::http::Extensions) -> IpAddr {
+        extensions.get::<ClientAddress>().map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |client| client.0)
     }
 
     /// A sign-in refused by its limits: logged, counted, and how long to wait.
@@ -199,7 +194,7 @@ pub async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result
 /// keeps sending wrong tokens waits, as at the page's sign-in; the rates do not apply, since
 /// every request carries the token.
 async fn authorize_admin(state: &AppState, parts: &axum::http::request::Parts) -> Result<(), Response> {
-    let client = state.client(&parts.extensions, &parts.headers);
+    let client = state.client(&parts.extensions);
     if let Err(refused) = state.sign_in_limits.waiting(client) {
         let (status, headers) = state.refused_sign_in(refused, client, "the API's admin token");
         let message = format!("too many wrong tokens from {client}; retry after {} s", refused.retry_after_seconds());
