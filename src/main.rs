@@ -1,7 +1,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use wsync::agent::AgentArgs;
-use wsync::cli::{AgentsCommand, ServerArgs, WorkspacesCommand};
+use wsync::cli::agents::AgentsCommand;
+use wsync::cli::{ServerArgs, WorkspacesCommand};
 use wsync::runtime::{LogFormat, init_logging, install_crypto_provider};
 
 /// jemalloc unless built with `--no-default-features` (Cargo.toml, BENCHMARKS.md). Its own
@@ -52,6 +53,32 @@ enum Command {
         #[command(subcommand)]
         command: WorkspacesCommand,
     },
+    /// Users (admins): create one with a first token, list, disable, enable, delete.
+    Users {
+        #[command(flatten)]
+        server: ServerArgs,
+        #[command(subcommand)]
+        command: wsync::cli::people::UsersCommand,
+    },
+    /// Your personal API tokens.
+    Tokens {
+        #[command(flatten)]
+        server: ServerArgs,
+        #[command(subcommand)]
+        command: wsync::cli::people::TokensCommand,
+    },
+    /// The audit trail: every write, newest first (a user sees their own).
+    Audit {
+        #[command(flatten)]
+        server: ServerArgs,
+        #[command(flatten)]
+        args: wsync::cli::people::AuditArgs,
+    },
+    /// Who the token you give is.
+    Whoami {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
 }
@@ -93,15 +120,27 @@ async fn run() -> ExitCode {
         }
         Command::Agents { server, command } => {
             install_crypto_provider();
-            report(wsync::cli::agents(&server, command).await)
+            report(wsync::cli::agents::agents(&server, command).await)
         }
         Command::Workspaces { server, agent, command } => {
             install_crypto_provider();
-            let Some(agent) = agent else {
-                eprintln!("error: --agent <ID> (or WSYNC_AGENT_ID) is required");
-                return ExitCode::from(2);
-            };
-            report(wsync::cli::workspaces(&server, &agent, command).await)
+            report(wsync::cli::workspaces(&server, agent.as_deref(), command).await)
+        }
+        Command::Users { server, command } => {
+            install_crypto_provider();
+            report(wsync::cli::people::users(&server, command).await)
+        }
+        Command::Tokens { server, command } => {
+            install_crypto_provider();
+            report(wsync::cli::people::tokens(&server, command).await)
+        }
+        Command::Audit { server, args } => {
+            install_crypto_provider();
+            report(wsync::cli::people::audit(&server, args).await)
+        }
+        Command::Whoami { server } => {
+            install_crypto_provider();
+            report(wsync::cli::people::whoami(&server).await)
         }
     }
 }

@@ -1,9 +1,11 @@
-//! `wsync agents …` and `wsync workspaces …`: a client for the control plane's JSON API.
+//! `wsync agents …`, `wsync workspaces …` and the people's commands (`people`): a client for
+//! the control plane's JSON API.
 
+pub mod agents;
+pub mod people;
 mod table;
 
 use crate::control_plane::model::{Workspace, now_ms};
-use crate::protocol::ImagePullSecret;
 use crate::runtime::{TokenFileError, read_token_file};
 use crate::terminal::printable;
 use serde_json::Value;
@@ -15,7 +17,7 @@ use table::table;
 pub enum Error {
     #[error("{flag} {value:?}: use {form}")]
     Usage { flag: &'static str, value: String, form: &'static str },
-    #[error("admin token: {0}")]
+    #[error("token: {0}")]
     AdminToken(#[from] TokenFileError),
     #[error("building the HTTP client: {0}")]
     HttpClient(reqwest::Error),
@@ -40,6 +42,13 @@ pub struct ServerArgs {
     /// The control plane's base URL.
     #[arg(long, env = "WSYNC_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
     pub server: reqwest::Url,
+    /// File holding your personal API token (made on the page's "API tokens", or printed by
+    /// `wsync users create`). `WSYNC_TOKEN` gives the token itself.
+    #[arg(long, env = "WSYNC_TOKEN_FILE", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// The personal token itself, from the environment only: arguments show in `ps`.
+    #[arg(skip = std::env::var("WSYNC_TOKEN").ok())]
+    pub token: Option<String>,
     /// File holding the control plane's admin token (printed on its first start).
     #[arg(long, env = "WSYNC_ADMIN_TOKEN_FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
@@ -58,62 +67,6 @@ pub struct ServerArgs {
 pub enum Output {
     Table,
     Json,
-}
-
-#[derive(clap::Subcommand, Debug, Clone)]
-pub enum AgentsCommand {
-    /// Register an agent; prints its token once.
-    Register {
-        id: String,
-        /// `<namespace>/<name>` of a pull secret to copy into every workspace; repeatable.
-        #[arg(long = "image-pull-secret")]
-        image_pull_secrets: Vec<String>,
-        /// GitLab's workspace settings, as YAML or JSON: an agent config's `remote_development`
-        /// block, or its keys alone. GitLab's defaults without it.
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Replace an agent's workspace settings (as `register --config`); new workspaces get them,
-    /// existing ones keep theirs.
-    SetConfig { id: String, file: PathBuf },
-    /// Show an agent's workspace settings.
-    Config { id: String },
-    /// Give an agent a new token, printed once; the old one keeps working for `--grace`.
-    RotateToken {
-        id: String,
-        /// How long the old token keeps working (`0s` ends it now).
-        #[arg(long, default_value = "1h", value_parser = crate::runtime::parse_duration)]
-        grace: std::time::Duration,
-    },
-    /// Refuse an agent's every token from now on; `rotate-token` re-enables it with a new one.
-    Revoke { id: String },
-    /// Replace an agent's image pull secrets; every workspace gets its config again.
-    SetImagePullSecrets {
-        id: String,
-        /// `<namespace>/<name>`; repeatable; none clears them.
-        #[arg(long = "image-pull-secret")]
-        image_pull_secrets: Vec<String>,
-    },
-}
-
-fn read_agent_config(path: &std::path::Path) -> Result<crate::control_plane::decisions::agent_config::AgentConfig> {
-    let unreadable = |reason: String| Error::AgentConfig { path: path.to_path_buf(), reason };
-    let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
-    crate::control_plane::decisions::agent_config::AgentConfig::parse(&text).map_err(unreadable)
-}
-
-fn parse_pull_secrets(secrets: &[String]) -> Result<Vec<ImagePullSecret>> {
-    secrets
-        .iter()
-        .map(|s| {
-            let (namespace, name) = s.split_once('/').ok_or_else(|| Error::Usage {
-                flag: "--image-pull-secret",
-                value: s.clone(),
-                form: "<namespace>/<name>",
-            })?;
-            Ok(ImagePullSecret { name: name.into(), namespace: namespace.into() })
-        })
-        .collect()
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -167,9 +120,11 @@ pub enum WorkspacesCommand {
 }
 
 fn client(server: &ServerArgs) -> Result<(reqwest::Client, Option<String>)> {
-    let token = match &server.admin_token_file {
-        Some(path) => Some(read_token_file(path)?),
-        None => server.admin_token.clone().map(|t| t.trim().to_string()),
+    // A file named on the command line first, then the environment's tokens; a personal
+    // token before the admin's.
+    let token = match (&server.token_file, &server.admin_token_file) {
+        (Some(path), _) | (None, Some(path)) => Some(read_token_file(path)?),
+        (None, None) => server.token.clone().or_else(|| server.admin_token.clone()).map(|t| t.trim().to_string()),
     };
     let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
     if let Some(path) = &server.ca_file {
@@ -238,73 +193,23 @@ async fn send(
     Ok((body, link))
 }
 
-pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
-    match command {
-        AgentsCommand::Register { id, image_pull_secrets, config } => {
-            let secrets = parse_pull_secrets(&image_pull_secrets)?;
-            let config = config.as_deref().map(read_agent_config).transpose()?;
-            let body = serde_json::json!({ "id": id, "image_pull_secrets": secrets, "config": config });
-            let answer = call(server, reqwest::Method::POST, "api/v1/agents", Some(body)).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => {
-                    println!("agent {} registered; its token (shown once):", answer["id"].as_str().unwrap_or_default());
-                    println!("{}", answer["token"].as_str().unwrap_or_default());
-                }
-            }
+/// Without an agent, `list` lists the caller's own workspaces across every agent; the other
+/// commands need one.
+pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: WorkspacesCommand) -> Result<()> {
+    let agent = match (agent, &command) {
+        (Some(agent), _) => agent,
+        (None, WorkspacesCommand::List { orphans: false }) => {
+            let answer = list_all(server, "api/v1/workspaces").await?;
+            return print_workspaces(server, answer);
         }
-        AgentsCommand::RotateToken { id, grace } => {
-            let body = serde_json::json!({ "grace_seconds": grace.as_secs() });
-            let answer =
-                call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/rotate-token"), Some(body)).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => {
-                    println!(
-                        "agent {id}: its new token (shown once); the old one works for {}s more:",
-                        grace.as_secs()
-                    );
-                    println!("{}", answer["token"].as_str().unwrap_or_default());
-                }
-            }
+        (None, _) => {
+            return Err(Error::Usage {
+                flag: "--agent",
+                value: String::new(),
+                form: "--agent <ID> (or WSYNC_AGENT_ID)",
+            });
         }
-        AgentsCommand::SetConfig { id, file } => {
-            let config = read_agent_config(&file)?;
-            let body = serde_json::to_value(&config).map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
-            let answer = call(server, reqwest::Method::PUT, &format!("api/v1/agents/{id}/config"), Some(body)).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => println!("agent {id}: workspace settings set; new workspaces get them"),
-            }
-        }
-        AgentsCommand::Config { id } => {
-            let answer = call(server, reqwest::Method::GET, &format!("api/v1/agents/{id}/config"), None).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => print!("{}", crate::yaml::to_string(&answer).unwrap_or_default()),
-            }
-        }
-        AgentsCommand::Revoke { id } => {
-            let answer = call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/revoke"), None).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => println!("agent {id}: revoked; every call with its tokens is refused"),
-            }
-        }
-        AgentsCommand::SetImagePullSecrets { id, image_pull_secrets } => {
-            let body = serde_json::json!({ "image_pull_secrets": parse_pull_secrets(&image_pull_secrets)? });
-            let path = format!("api/v1/agents/{id}/image-pull-secrets");
-            let answer = call(server, reqwest::Method::PUT, &path, Some(body)).await?;
-            match server.output {
-                Output::Json => println!("{answer}"),
-                Output::Table => println!("agent {id}: image pull secrets set; workspaces get their config again"),
-            }
-        }
-    }
-    Ok(())
-}
-
-pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCommand) -> Result<()> {
+    };
     let base = format!("api/v1/agents/{agent}/workspaces");
     let (method, path, body) = match &command {
         WorkspacesCommand::Create { name, image, cpu, memory, env, owner } => {
@@ -346,6 +251,10 @@ pub async fn workspaces(server: &ServerArgs, agent: &str, command: WorkspacesCom
         WorkspacesCommand::List { .. } => list_all(server, &path).await?,
         _ => call(server, method, &path, body).await?,
     };
+    print_workspaces(server, answer)
+}
+
+fn print_workspaces(server: &ServerArgs, answer: Value) -> Result<()> {
     if server.output == Output::Json {
         println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
         return Ok(());

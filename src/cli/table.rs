@@ -64,6 +64,7 @@ mod tests {
             created_at: 0,
             agent_config: crate::control_plane::decisions::agent_config::AgentConfig::before_settings().into(),
             owner: None,
+            owner_id: None,
         };
         let out = table(&[workspace], 0);
         assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");

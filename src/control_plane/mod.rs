@@ -142,6 +142,10 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_METRICS_TOKEN_FILE")]
     pub metrics_token_file: Option<PathBuf>,
 
+    /// How long the audit trail keeps an entry; older ones are pruned every hour.
+    #[arg(long, env = "WSYNC_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
+    pub audit_retention: std::time::Duration,
+
     /// Test builds only: arm this failpoint (`runtime::failpoint`).
     #[arg(long, hide = true)]
     pub failpoint: Option<String>,
@@ -189,7 +193,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         .await
         .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
     if signed_out {
-        tracing::info!("the admin credential changed since the last start; every session is signed out");
+        tracing::info!("the admin credential changed since the last start; its sessions are signed out");
     }
     let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -224,6 +228,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         },
         ..http::AppState::new(store, pipeline, admin)
     });
+    tokio::spawn(prune_audit_trail(state.store.clone(), millis(args.audit_retention)));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen { address: args.listen, source })?;
@@ -243,6 +248,19 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         trusted_proxies: args.trusted_proxies.clone(),
     };
     http::server::serve(listener, http::router(state), options, shutdown_signal()).await
+}
+
+/// Every hour, the audit entries past their retention go (every replica does it; it is idempotent).
+async fn prune_audit_trail(store: store::Store, retention_ms: i64) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        every.tick().await;
+        match store.prune(retention_ms).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "audit entries past their retention were pruned"),
+            Err(error) => tracing::warn!(%error, "pruning the audit trail failed; the next hour tries again"),
+        }
+    }
 }
 
 /// A database URL without its password, for logs.

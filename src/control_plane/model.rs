@@ -1,5 +1,6 @@
 //! The control plane's records, as its pipeline and page see them: agents and workspaces.
 
+use super::decisions::access::{Caller, Role, UserRef};
 use crate::protocol::{ActualState, DesiredState, ImagePullSecret};
 use std::collections::BTreeMap;
 
@@ -32,9 +33,13 @@ pub struct Workspace {
     /// Shared: an agent's workspaces nearly always hold the same settings.
     #[serde(default = "settings_before_they_existed")]
     pub agent_config: std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig>,
-    /// Whose it is (GitLab's user), for `workspaces_per_user_quota`.
+    /// Whose it is: the name it was created for (GitLab's user), shown.
     #[serde(default)]
     pub owner: Option<String>,
+    /// The owning user's id: who may see it, and whom `workspaces_per_user_quota` counts.
+    /// None when its owner matched no user: then it is the admins' alone.
+    #[serde(default)]
+    pub owner_id: Option<String>,
 }
 
 fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig> {
@@ -70,6 +75,7 @@ impl Workspace {
             created_at: now,
             agent_config,
             owner: new.owner,
+            owner_id: new.owner_id,
         }
     }
 }
@@ -134,12 +140,23 @@ pub struct NewWorkspace {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub owner: Option<String>,
+    /// Set by the web layer from who is asking, never from a request's body.
+    #[serde(skip)]
+    pub owner_id: Option<String>,
 }
 
 impl NewWorkspace {
     /// A workspace of this name and image, with nothing else set.
     pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
-        Self { name: name.into(), image: image.into(), cpu: None, memory: None, env: BTreeMap::new(), owner: None }
+        Self {
+            name: name.into(),
+            image: image.into(),
+            cpu: None,
+            memory: None,
+            env: BTreeMap::new(),
+            owner: None,
+            owner_id: None,
+        }
     }
 }
 
@@ -149,6 +166,62 @@ impl NewWorkspace {
 pub struct Session {
     pub csrf_token: String,
     pub expires_at: i64,
+    /// Whose it is: a user, or the admin token's holder.
+    pub caller: Caller,
+}
+
+/// A person: created by an admin (`wsync users create`, issuer `local`) or on their first
+/// sign-in through the identity provider, and keyed by issuer and subject.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct User {
+    pub id: String,
+    pub issuer: String,
+    pub subject: String,
+    pub username: String,
+    pub email: Option<String>,
+    pub display_name: Option<String>,
+    pub role: Role,
+    pub created_at: i64,
+    pub last_sign_in_at: Option<i64>,
+    pub disabled_at: Option<i64>,
+}
+
+/// The issuer of users an admin creates.
+pub const LOCAL_ISSUER: &str = "local";
+
+impl User {
+    pub fn reference(&self) -> UserRef {
+        UserRef { id: self.id.clone(), username: self.username.clone(), role: self.role }
+    }
+}
+
+/// A personal API token, as its list shows it: never the secret, which is shown once.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApiToken {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// One write, as the audit trail keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AuditEvent {
+    pub id: String,
+    pub at: i64,
+    /// The user's id; None for the admin token and for a sign-in that failed.
+    pub actor_id: Option<String>,
+    /// The username, `admin-token`, or what a failed sign-in was tried as.
+    pub actor: String,
+    pub action: String,
+    /// `ok` or `refused`.
+    pub outcome: String,
+    pub agent_id: Option<String>,
+    pub workspace: Option<String>,
+    /// The client's address, as the front door decided it.
+    pub client: String,
+    pub detail: String,
 }
 
 /// Milliseconds since the epoch, strictly increasing within this process: "changed since the

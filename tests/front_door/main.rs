@@ -15,6 +15,7 @@ mod browser;
 mod connection_limits;
 mod database;
 mod http2;
+mod people;
 mod scale_out;
 mod sign_in_limits;
 mod transport;

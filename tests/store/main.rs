@@ -6,4 +6,5 @@
 pub mod postgres;
 
 mod concurrency;
+mod people;
 mod records;

@@ -125,12 +125,13 @@ async fn suite(store: Store) {
     concurrent_reconciles_of_one_agent_all_succeed(&store, &other).await;
     orphans_are_recorded_acknowledged_and_settled_by_an_operator(&store).await;
     a_changed_admin_credential_ends_every_session(&store).await;
+    super::people::people_on_both_databases(&store).await;
 }
 
 /// What a start records of its admin credential, on both databases: the same one keeps the
 /// sessions, another (a new token file, or a switch to or from the stored token) ends them.
 async fn a_changed_admin_credential_ends_every_session(store: &Store) {
-    let open = || async { store.open_session(60_000).await.unwrap().0 };
+    let open = || async { store.open_session(60_000, None).await.unwrap().0 };
     let live = |cookie: String| async move { store.session(&cookie).await.unwrap().is_some() };
     assert!(store.admin_credential_in_use(Some("hash-a")).await.unwrap(), "the first file");
     let cookie = open().await;

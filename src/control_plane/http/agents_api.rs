@@ -1,12 +1,14 @@
 //! The JSON API for agents: register, tokens (rotate, revoke), image pull secrets, and
-//! GitLab's workspace settings. Behind the front door and the admin token, as all of `api`.
+//! GitLab's workspace settings. Behind the front door, for admins alone; each write audited.
 
-use super::state::{Admin, ApiResult, AppState, bad_request, no_agent, parse};
+use super::callers::{Admin, Target};
+use super::state::{ApiResult, AppState, bad_request, no_agent, parse};
 use super::validation::{is_dns_label, validate_pull_secrets};
 use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::protocol::ImagePullSecret;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::Extensions;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
@@ -32,7 +34,12 @@ struct RegisterAgent {
     config: Option<AgentConfig>,
 }
 
-async fn register_agent(_: Admin, State(state): State<Arc<AppState>>, body: Bytes) -> ApiResult {
+async fn register_agent(
+    Admin(caller): Admin,
+    State(state): State<Arc<AppState>>,
+    extensions: Extensions,
+    body: Bytes,
+) -> ApiResult {
     let request: RegisterAgent = parse(&body)?;
     if !is_dns_label(&request.id) {
         return Err(bad_request("agent id must be a DNS label: lowercase letters, digits and '-'"));
@@ -41,6 +48,7 @@ async fn register_agent(_: Admin, State(state): State<Arc<AppState>>, body: Byte
     let config = request.config.unwrap_or_default();
     config.validate().map_err(bad_request)?;
     let token = state.store.create_agent_with(&request.id, &request.image_pull_secrets, &config).await?;
+    state.audit(&caller, state.client(&extensions), "agent.register", Target::Agent(&request.id), "").await;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "id": request.id, "token": token }))).into_response())
 }
 
@@ -50,8 +58,9 @@ struct SetImagePullSecrets {
 }
 
 async fn set_image_pull_secrets(
-    _: Admin,
+    Admin(caller): Admin,
     State(state): State<Arc<AppState>>,
+    extensions: Extensions,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
@@ -60,6 +69,7 @@ async fn set_image_pull_secrets(
     if !state.store.set_image_pull_secrets(&agent, &request.image_pull_secrets).await? {
         return Err(no_agent(&agent));
     }
+    state.audit(&caller, state.client(&extensions), "agent.image-pull-secrets", Target::Agent(&agent), "").await;
     Ok(Json(serde_json::json!({ "id": agent, "image_pull_secrets": request.image_pull_secrets })).into_response())
 }
 
@@ -75,8 +85,9 @@ fn default_grace_seconds() -> u64 {
 }
 
 async fn rotate_token(
-    _: Admin,
+    Admin(caller): Admin,
     State(state): State<Arc<AppState>>,
+    extensions: Extensions,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
@@ -84,14 +95,22 @@ async fn rotate_token(
     let grace_ms = i64::try_from(rotation.grace_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let token = state.store.rotate_agent_token(&agent, grace_ms).await?;
     let token = token.ok_or_else(|| no_agent(&agent))?;
+    let grace = format!("previous token valid {} s", rotation.grace_seconds);
+    state.audit(&caller, state.client(&extensions), "agent.rotate-token", Target::Agent(&agent), &grace).await;
     Ok(Json(serde_json::json!({ "id": agent, "token": token, "previous_token_valid_seconds": rotation.grace_seconds }))
         .into_response())
 }
 
-async fn revoke_agent(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {
+async fn revoke_agent(
+    Admin(caller): Admin,
+    State(state): State<Arc<AppState>>,
+    extensions: Extensions,
+    Path(agent): Path<String>,
+) -> ApiResult {
     if !state.store.revoke_agent(&agent).await? {
         return Err(no_agent(&agent));
     }
+    state.audit(&caller, state.client(&extensions), "agent.revoke", Target::Agent(&agent), "").await;
     Ok(Json(serde_json::json!({ "id": agent, "revoked": true })).into_response())
 }
 
@@ -102,8 +121,9 @@ async fn agent_config(_: Admin, State(state): State<Arc<AppState>>, Path(agent):
 }
 
 async fn set_agent_config(
-    _: Admin,
+    Admin(caller): Admin,
     State(state): State<Arc<AppState>>,
+    extensions: Extensions,
     Path(agent): Path<String>,
     body: Bytes,
 ) -> ApiResult {
@@ -112,5 +132,6 @@ async fn set_agent_config(
     if !state.store.set_agent_config(&agent, &config).await? {
         return Err(no_agent(&agent));
     }
+    state.audit(&caller, state.client(&extensions), "agent.config", Target::Agent(&agent), "").await;
     Ok(Json(config).into_response())
 }

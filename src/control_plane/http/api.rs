@@ -1,22 +1,25 @@
 //! The JSON API for workspaces and orphans (Bearer only): listed a page at a time, created,
-//! read, acted on.
+//! read, acted on. A user reaches their own workspaces; anyone else's answers 404, as one
+//! that does not exist. Orphans are the admins'.
 
-use super::state::{
-    Admin, ApiResult, AppState, PageQuery, bad_request, exists, not_found, parse, set_desired, settle_orphan,
-};
+use super::actions::{set_desired, settle_orphan};
+use super::callers::{Admin, Asking, Target, visible_workspace};
+use super::state::{ApiError, ApiResult, AppState, PageQuery, bad_request, exists, parse};
 use super::validation::{is_dns_label, is_env_name, is_owner_name, url_part};
+use crate::control_plane::decisions::access::Caller;
 use crate::control_plane::model::NewWorkspace;
 use crate::control_plane::store::MAX_PAGE;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{Extensions, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::sync::Arc;
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
+        .route("/api/v1/workspaces", get(my_workspaces))
         .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
@@ -24,36 +27,54 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/api/v1/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
 }
 
-/// One page; when more follow, `Link: <…?after=last>; rel="next"` says where.
+/// `Link: <path?query>; rel="next"`, relative (RFC 8288 resolves it against the request):
+/// right through any proxy.
+fn with_next(mut response: Response, next: Option<String>) -> Response {
+    if let Some(value) = next.and_then(|next| HeaderValue::from_str(&format!("<{next}>; rel=\"next\"")).ok()) {
+        response.headers_mut().insert(header::LINK, value);
+    }
+    response
+}
+
+/// One page of an agent's workspaces (a user's own alone); when more follow, `Link` says where.
 async fn list_workspaces(
-    _: Admin,
+    Asking(caller): Asking,
     State(state): State<Arc<AppState>>,
     Path(agent): Path<String>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult {
     exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
-    let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
-    let mut response = Json(&workspaces).into_response();
-    if let Some(last) = workspaces.last().filter(|_| workspaces.len() == limit) {
-        let (agent, after) = (url_part(&agent), url_part(&last.name));
-        // Relative (RFC 8288 resolves it against the request): right through any proxy.
-        let link = format!("</api/v1/agents/{agent}/workspaces?after={after}&limit={limit}>; rel=\"next\"");
-        if let Ok(value) = HeaderValue::from_str(&link) {
-            response.headers_mut().insert(header::LINK, value);
-        }
-    }
-    Ok(response)
+    let workspaces = state.store.workspaces_page(&agent, &page.after, limit, caller.listing_scope()).await?;
+    let next = workspaces.last().filter(|_| workspaces.len() == limit).map(|last| {
+        format!("/api/v1/agents/{}/workspaces?after={}&limit={limit}", url_part(&agent), url_part(&last.name))
+    });
+    Ok(with_next(Json(&workspaces).into_response(), next))
 }
 
-async fn create_workspace(
-    _: Admin,
+/// The caller's own workspaces across every agent, a page at a time (`after=<agent>/<name>`).
+async fn my_workspaces(
+    Asking(caller): Asking,
     State(state): State<Arc<AppState>>,
-    Path(agent): Path<String>,
-    body: Bytes,
+    Query(page): Query<PageQuery>,
 ) -> ApiResult {
-    exists(&state, &agent).await?;
-    let new: NewWorkspace = parse(&body)?;
+    let Some(user) = caller.user() else {
+        return Err(bad_request(
+            "the admin token owns no workspaces; list an agent's with /api/v1/agents/<agent>/workspaces",
+        ));
+    };
+    let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
+    let after = page.after.split_once('/').unwrap_or((page.after.as_str(), ""));
+    let workspaces = state.store.workspaces_of(&user.id, after, limit).await?;
+    let next = workspaces.last().filter(|_| workspaces.len() == limit).map(|last| {
+        format!("/api/v1/workspaces?after={}%2F{}&limit={limit}", url_part(&last.agent_id), url_part(&last.name))
+    });
+    Ok(with_next(Json(&workspaces).into_response(), next))
+}
+
+/// Check a new workspace, and say whose it is: a user's own, always; an admin's, the user
+/// `owner` names, or (a name that matches no user) nobody's but the admins'.
+pub async fn admit_new_workspace(state: &AppState, caller: &Caller, new: &mut NewWorkspace) -> Result<(), ApiError> {
     if !is_dns_label(&new.name) {
         return Err(bad_request("workspace name must be a DNS label: lowercase letters, digits and '-'"));
     }
@@ -68,25 +89,57 @@ async fn create_workspace(
     if new.owner.as_deref().is_some_and(|owner| !is_owner_name(owner)) {
         return Err(bad_request("owner must be a username: letters, digits, '_', '.' and '-', at most 255"));
     }
-    Ok((StatusCode::CREATED, Json(state.store.create_workspace(&agent, &new).await?)).into_response())
+    match caller.user() {
+        Some(user) if !caller.is_admin() || new.owner.is_none() => {
+            if new.owner.as_deref().is_some_and(|owner| owner != user.username) {
+                return Err(bad_request("only an admin creates a workspace for someone else"));
+            }
+            new.owner = Some(user.username.clone());
+            new.owner_id = Some(user.id.clone());
+        }
+        _ => {
+            let owner = match &new.owner {
+                Some(name) => state.store.user_by_name(name).await?,
+                None => None,
+            };
+            new.owner_id = owner.map(|user| user.id);
+        }
+    }
+    Ok(())
+}
+
+async fn create_workspace(
+    Asking(caller): Asking,
+    State(state): State<Arc<AppState>>,
+    extensions: Extensions,
+    Path(agent): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    exists(&state, &agent).await?;
+    let mut new: NewWorkspace = parse(&body)?;
+    admit_new_workspace(&state, &caller, &mut new).await?;
+    let workspace = state.store.create_workspace(&agent, &new).await?;
+    let client = state.client(&extensions);
+    state.audit(&caller, client, "workspace.create", Target::Workspace(&agent, &new.name), &new.image).await;
+    Ok((StatusCode::CREATED, Json(workspace)).into_response())
 }
 
 async fn get_workspace(
-    _: Admin,
+    Asking(caller): Asking,
     State(state): State<Arc<AppState>>,
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
-    let workspace = state.store.workspace(&agent, &name).await?;
-    let workspace = workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))?;
-    Ok(Json(workspace).into_response())
+    Ok(Json(visible_workspace(&state, &caller, &agent, &name).await?).into_response())
 }
 
 async fn workspace_action(
-    _: Admin,
+    Asking(caller): Asking,
     State(state): State<Arc<AppState>>,
+    extensions: Extensions,
     Path(target): Path<(String, String, String)>,
 ) -> ApiResult {
-    Ok(Json(set_desired(&state, target).await?).into_response())
+    let client = state.client(&extensions);
+    Ok(Json(set_desired(&state, &caller, client, target).await?).into_response())
 }
 
 async fn list_orphans(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {
@@ -101,11 +154,13 @@ struct Adoption {
 }
 
 async fn orphan_action(
-    _: Admin,
+    Admin(caller): Admin,
     State(state): State<Arc<AppState>>,
+    extensions: Extensions,
     Path(target): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> ApiResult {
     let adoption: Adoption = if body.is_empty() { Adoption::default() } else { parse(&body)? };
-    Ok(Json(settle_orphan(&state, target, adoption.image).await?).into_response())
+    let client = state.client(&extensions);
+    Ok(Json(settle_orphan(&state, &caller, client, target, adoption.image).await?).into_response())
 }

@@ -37,6 +37,7 @@ pub struct Metrics {
     database_duration: Histogram,
     workspaces: Family<StateLabel, Gauge>,
     sign_in_refusals: Family<LimitLabel, Counter>,
+    audit_write_failures: Counter,
     /// When the workspaces were last counted; one scrape at a time counts and encodes.
     counted: tokio::sync::Mutex<Option<Instant>>,
     registry: Registry,
@@ -70,8 +71,15 @@ impl Default for Metrics {
             "Sign-in attempts refused with 429 before their token was checked, by the limit",
             sign_in_refusals.clone(),
         );
+        let audit_write_failures = Counter::default();
+        registry.register(
+            "audit_write_failures",
+            "Writes done whose audit entry could not be recorded",
+            audit_write_failures.clone(),
+        );
         Self {
             sign_in_refusals,
+            audit_write_failures,
             reconciles,
             reconcile_duration,
             database_duration,
@@ -85,6 +93,10 @@ impl Default for Metrics {
 impl Metrics {
     pub fn sign_in_refused(&self, limit: &str) {
         self.sign_in_refusals.get_or_create(&LimitLabel { limit: limit.into() }).inc();
+    }
+
+    pub fn audit_write_failed(&self) {
+        self.audit_write_failures.inc();
     }
 
     /// `agent` is None when the request was not authenticated; `status` is the answer's.

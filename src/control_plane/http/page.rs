@@ -1,28 +1,35 @@
-//! The web page's routes: sign in with the admin token (a session cookie, HttpOnly and
-//! SameSite=Strict), the agents and their workspaces, and the forms behind the buttons, each
-//! with the session's CSRF token. The front door ([`super::front_door`]) has judged every request.
+//! The web page's routes: sign in (a session cookie, HttpOnly and SameSite=Strict), a user's
+//! workspaces and the form that creates one, the agents and their workspaces (admins), and
+//! the forms behind the buttons, each with the session's CSRF token. The front door
+//! ([`super::front_door`]) has judged every request.
 
+use super::actions::{set_desired, settle_orphan};
+use super::api::admit_new_workspace;
+use super::callers::{Target, admins_only};
 use super::front_door::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
-use super::state::{ApiError, AppState, PAGE, PageQuery, exists, front_door, set_desired, settle_orphan, unauthorized};
+use super::state::{ApiError, AppState, PAGE, PageQuery, exists, front_door, not_found, unauthorized};
 use super::ui;
-use crate::control_plane::model::Session;
+use crate::control_plane::decisions::access::Caller;
+use crate::control_plane::model::{NewWorkspace, Session};
 use crate::control_plane::store::MAX_PAGE;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-type PageResult = Result<Response, ApiError>;
+pub type PageResult = Result<Response, ApiError>;
 
 /// Workspaces on one page.
 const PAGE_SIZE: usize = 100;
 
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
-        .route("/", get(index))
+        .route("/", get(home))
+        .route("/workspaces", post(create_workspace))
         .route("/sign-in", get(sign_in_form).post(sign_in))
         .route("/sign-out", post(sign_out))
         .route("/agents/{agent}", get(agent_page))
@@ -32,7 +39,7 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// The session the request's cookie names, if it is live.
-async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session>, ApiError> {
+pub async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session>, ApiError> {
     match cookie_value(headers, SESSION_COOKIE) {
         Some(cookie) => Ok(state.store.session(cookie).await?),
         None => Ok(None),
@@ -40,7 +47,7 @@ async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session
 }
 
 /// To the sign-in form, and back to `path` after it.
-fn sign_in_first(state: &AppState, path: &str) -> Response {
+pub fn sign_in_first(state: &AppState, path: &str) -> Response {
     let next: String = path
         .bytes()
         .map(|b| {
@@ -56,7 +63,7 @@ fn sign_in_first(state: &AppState, path: &str) -> Response {
 
 /// A live session, from the cookie alone: a form's handler takes it before its `Form`, so a
 /// request without one is answered 401 before its body is waited for or read.
-struct SignedIn(Session);
+pub struct SignedIn(pub Session);
 
 impl FromRequestParts<Arc<AppState>> for SignedIn {
     type Rejection = ApiError;
@@ -67,8 +74,17 @@ impl FromRequestParts<Arc<AppState>> for SignedIn {
 }
 
 impl SignedIn {
+    pub fn caller(&self) -> &Caller {
+        &self.0.caller
+    }
+
+    /// The header's view of who is signed in.
+    pub fn nav(&self) -> ui::Nav<'_> {
+        ui::Nav { csrf: &self.0.csrf_token, who: self.0.caller.name(), admin: self.0.caller.is_admin() }
+    }
+
     /// The form's CSRF token against the session's, compared in constant time.
-    fn check(&self, csrf: &str) -> Result<(), ApiError> {
+    pub fn check(&self, csrf: &str) -> Result<(), ApiError> {
         if crate::control_plane::store::same_secret(&self.0.csrf_token, csrf) {
             Ok(())
         } else {
@@ -80,10 +96,103 @@ impl SignedIn {
     }
 }
 
-async fn index(State(state): State<Arc<AppState>>, headers: HeaderMap) -> PageResult {
+/// `/?after=<agent>/<name>`: a page of the user's own workspaces.
+#[derive(serde::Deserialize, Default)]
+struct HomeQuery {
+    #[serde(default)]
+    after: String,
+}
+
+async fn home(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(query): Query<HomeQuery>) -> PageResult {
     let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, "/")) };
+    Ok(Html(home_page(&state, &SignedIn(session), &query.after, None).await?).into_response())
+}
+
+async fn home_page(
+    state: &AppState,
+    signed_in: &SignedIn,
+    after: &str,
+    problem: Option<&str>,
+) -> Result<String, ApiError> {
     let agents = state.store.agent_ids().await?;
-    Ok(Html(ui::index_page(&agents, &session.csrf_token)).into_response())
+    let (mine, more) = match signed_in.caller().user() {
+        Some(user) => {
+            let after = after.split_once('/').unwrap_or((after, ""));
+            let mine = state.store.workspaces_of(&user.id, after, PAGE_SIZE).await?;
+            let more = mine.last().filter(|_| mine.len() == PAGE_SIZE).map(|w| format!("{}/{}", w.agent_id, w.name));
+            (Some(mine), more)
+        }
+        None => (None, None),
+    };
+    let view = ui::HomeView { nav: signed_in.nav(), mine: mine.as_deref(), more, agents: &agents, problem };
+    Ok(ui::home_page(&view, state.store.now()))
+}
+
+#[derive(serde::Deserialize)]
+struct CreateForm {
+    #[serde(default)]
+    csrf: String,
+    agent: String,
+    name: String,
+    image: String,
+    #[serde(default)]
+    cpu: String,
+    #[serde(default)]
+    memory: String,
+    /// `KEY=VALUE` lines.
+    #[serde(default)]
+    env: String,
+}
+
+impl CreateForm {
+    fn new_workspace(&self) -> Result<NewWorkspace, ApiError> {
+        let mut env = BTreeMap::new();
+        for line in self.env.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| super::state::bad_request(format!("environment line {line:?}: use KEY=VALUE")))?;
+            env.insert(key.trim().to_string(), value.to_string());
+        }
+        let optional = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+        Ok(NewWorkspace {
+            cpu: optional(&self.cpu),
+            memory: optional(&self.memory),
+            env,
+            ..NewWorkspace::new(self.name.trim(), self.image.trim())
+        })
+    }
+}
+
+/// The create form: the workspace is the signed-in user's. A refusal shows the page again
+/// with the reason.
+async fn create_workspace(
+    State(state): State<Arc<AppState>>,
+    signed_in: SignedIn,
+    extensions: Extensions,
+    Form(form): Form<CreateForm>,
+) -> PageResult {
+    signed_in.check(&form.csrf)?;
+    let caller = signed_in.caller();
+    let created = async {
+        exists(&state, &form.agent).await?;
+        let mut new = form.new_workspace()?;
+        admit_new_workspace(&state, caller, &mut new).await?;
+        state.store.create_workspace(&form.agent, &new).await?;
+        Ok::<_, ApiError>(new)
+    }
+    .await;
+    match created {
+        Ok(new) => {
+            let client = state.client(&extensions);
+            state
+                .audit(caller, client, "workspace.create", Target::Workspace(&form.agent, &new.name), &new.image)
+                .await;
+            Ok(Redirect::to(&state.link("/")).into_response())
+        }
+        Err(ApiError(status, problem)) => {
+            Ok((status, Html(home_page(&state, &signed_in, "", Some(&problem)).await?)).into_response())
+        }
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -92,8 +201,8 @@ struct SignInQuery {
     next: String,
 }
 
-async fn sign_in_form(Query(query): Query<SignInQuery>) -> Response {
-    Html(ui::sign_in_page(local_path(&query.next), None)).into_response()
+async fn sign_in_form(State(state): State<Arc<AppState>>, Query(query): Query<SignInQuery>) -> Response {
+    Html(ui::sign_in_page(local_path(&query.next), None, state.signs_in_with_provider())).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -103,29 +212,30 @@ struct SignIn {
     next: String,
 }
 
-async fn sign_in(
-    State(state): State<Arc<AppState>>,
-    extensions: axum::http::Extensions,
-    Form(form): Form<SignIn>,
-) -> PageResult {
+async fn sign_in(State(state): State<Arc<AppState>>, extensions: Extensions, Form(form): Form<SignIn>) -> PageResult {
     let next = local_path(&form.next);
+    let provider = state.signs_in_with_provider();
     // Counted before the token is checked, so that guessing is slow whatever the guess.
     let client = state.client(&extensions);
     if let Err(refused) = state.sign_in_limits.admit(client) {
         let (status, retry_after) = state.refused_sign_in(refused, client, "the page's sign-in");
         let said = format!("Too many sign-in attempts; try again in {} s.", refused.retry_after_seconds());
-        return Ok((status, retry_after, Html(ui::sign_in_page(next, Some(&said)))).into_response());
+        return Ok((status, retry_after, Html(ui::sign_in_page(next, Some(&said), provider))).into_response());
     }
-    if !state.is_admin(form.token.trim()).await? {
+    let Some(caller) = state.caller_by_token(form.token.trim()).await? else {
         state.sign_in_limits.failed(client);
-        tracing::info!(%client, "a sign-in with a wrong admin token was refused");
-        let page = ui::sign_in_page(next, Some("That is not the admin token."));
+        tracing::info!(%client, "a sign-in with a wrong token was refused");
+        state.audit_refused("", client, "sign-in", "a token that is not live").await;
+        let page = ui::sign_in_page(
+            next,
+            Some("That token is not one this control plane knows, or it has expired."),
+            provider,
+        );
         return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
-    }
+    };
     state.sign_in_limits.succeeded(client);
-    let (cookie, _) = state.store.open_session(state.session_ttl_ms).await?;
-    let cookie = session_cookie(&cookie, state.session_ttl_ms / 1000, state.door.secure());
-    Ok(with_cookie(Redirect::to(&state.link(next)).into_response(), &cookie))
+    state.audit(&caller, client, "sign-in", Target::Nothing, "with a token").await;
+    state.open_session_for(caller.user(), next).await
 }
 
 #[derive(serde::Deserialize)]
@@ -138,17 +248,19 @@ async fn sign_out(
     State(state): State<Arc<AppState>>,
     signed_in: SignedIn,
     headers: HeaderMap,
+    extensions: Extensions,
     Form(form): Form<Csrf>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
     if let Some(cookie) = cookie_value(&headers, SESSION_COOKIE) {
         state.store.close_session(cookie).await?;
     }
+    state.audit(signed_in.caller(), state.client(&extensions), "sign-out", Target::Nothing, "").await;
     let cleared = session_cookie("", 0, state.door.secure());
     Ok(with_cookie(Redirect::to(&state.link("/sign-in")).into_response(), &cleared))
 }
 
-fn with_cookie(mut response: Response, cookie: &str) -> Response {
+pub fn with_cookie(mut response: Response, cookie: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -164,9 +276,14 @@ async fn agent_page(
     let Some(session) = session(&state, &headers).await? else {
         return Ok(sign_in_first(&state, &format!("/agents/{agent}")));
     };
+    let signed_in = SignedIn(session);
+    // A user's workspaces are on their own page; an agent's whole list is the admins'.
+    if !signed_in.caller().is_admin() {
+        return Err(not_found(format!("no agent {agent:?}")));
+    }
     exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(PAGE_SIZE).clamp(1, MAX_PAGE);
-    let workspaces = state.store.workspaces_page(&agent, &page.after, limit).await?;
+    let workspaces = state.store.workspaces_page(&agent, &page.after, limit, None).await?;
     let more = workspaces.last().filter(|_| workspaces.len() == limit).map(|w| w.name.as_str());
     let orphans = state.store.orphans(&agent).await?;
     let settings = state.store.agent_config(&agent).await?.unwrap_or_default();
@@ -180,7 +297,7 @@ async fn agent_page(
         workspaces: &workspaces,
         more,
         orphans: &orphans,
-        csrf: &session.csrf_token,
+        nav: signed_in.nav(),
         settings: &settings,
         history: &history,
     };
@@ -198,23 +315,50 @@ struct OrphanForm {
 async fn orphan_action(
     State(state): State<Arc<AppState>>,
     signed_in: SignedIn,
+    extensions: Extensions,
     Path(target): Path<(String, String, String, String)>,
     Form(form): Form<OrphanForm>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
+    if !signed_in.caller().is_admin() {
+        return Err(admins_only());
+    }
     let agent = target.0.clone();
-    settle_orphan(&state, target, form.image).await?;
+    settle_orphan(&state, signed_in.caller(), state.client(&extensions), target, form.image).await?;
     Ok(Redirect::to(&state.link(&format!("/agents/{agent}"))).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    /// The page the button was on, to go back to.
+    #[serde(default)]
+    next: String,
 }
 
 async fn workspace_action(
     State(state): State<Arc<AppState>>,
     signed_in: SignedIn,
+    extensions: Extensions,
     Path(target): Path<(String, String, String)>,
-    Form(form): Form<Csrf>,
+    Form(form): Form<ActionForm>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
-    let agent = target.0.clone();
-    set_desired(&state, target).await?;
-    Ok(Redirect::to(&state.link(&format!("/agents/{agent}"))).into_response())
+    let back = if form.next.is_empty() { format!("/agents/{}", target.0) } else { local_path(&form.next).to_string() };
+    set_desired(&state, signed_in.caller(), state.client(&extensions), target).await?;
+    Ok(Redirect::to(&state.link(&back)).into_response())
+}
+
+impl AppState {
+    /// Open a session for a user (or the admin token's holder) and go to `next` with its cookie.
+    pub async fn open_session_for(
+        &self,
+        user: Option<&crate::control_plane::decisions::access::UserRef>,
+        next: &str,
+    ) -> PageResult {
+        let (cookie, _) = self.store.open_session(self.session_ttl_ms, user).await?;
+        let cookie = session_cookie(&cookie, self.session_ttl_ms / 1000, self.door.secure());
+        Ok(with_cookie(Redirect::to(&self.link(next)).into_response(), &cookie))
+    }
 }

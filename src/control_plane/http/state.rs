@@ -1,13 +1,11 @@
-//! What the web layer's routes share, below them all: the state, the error answer, who is
-//! asking (an agent, the admin), the front door's middleware, and the actions both the JSON
-//! API and the page take.
+//! What the web layer's routes share, below them all: the state, the error answer, the
+//! agents' authentication, and the front door's middleware.
 
 use super::front_door::{FrontDoor, Route};
 use super::server::ClientAddress;
 use super::sign_in_limits::{SignInLimits, TooMany};
-use super::validation::desired_for_action;
 use crate::control_plane::decisions::pipeline::PipelineConfig;
-use crate::control_plane::model::{Agent, OrphanFate, Workspace};
+use crate::control_plane::model::Agent;
 use crate::control_plane::store::{Store, StoreError, hash_token, same_secret};
 use crate::protocol::ErrorBody;
 use axum::Json;
@@ -100,6 +98,11 @@ impl AppState {
         (StatusCode::TOO_MANY_REQUESTS, [(axum::http::header::RETRY_AFTER, retry_after.to_string())])
     }
 
+    /// Whether the sign-in page offers an identity provider.
+    pub fn signs_in_with_provider(&self) -> bool {
+        false
+    }
+
     /// Whether `token` is the admin token.
     pub async fn is_admin(&self, token: &str) -> Result<bool, ApiError> {
         Ok(match &self.admin {
@@ -190,41 +193,6 @@ pub async fn authenticate_agent(state: &AppState, headers: &HeaderMap) -> Result
     state.store.agent_by_token(token).await?.ok_or_else(unauthorized)
 }
 
-/// The JSON API's admin check: a Bearer token, never the page's cookie. An address that
-/// keeps sending wrong tokens waits, as at the page's sign-in; the rates do not apply, since
-/// every request carries the token.
-async fn authorize_admin(state: &AppState, parts: &axum::http::request::Parts) -> Result<(), Response> {
-    let client = state.client(&parts.extensions);
-    if let Err(refused) = state.sign_in_limits.waiting(client) {
-        let (status, headers) = state.refused_sign_in(refused, client, "the API's admin token");
-        let message = format!("too many wrong tokens from {client}; retry after {} s", refused.retry_after_seconds());
-        return Err((status, headers, Json(ErrorBody { error: message })).into_response());
-    }
-    let given = bearer(&parts.headers).ok_or_else(|| unauthorized().into_response())?;
-    if state.is_admin(given).await.map_err(IntoResponse::into_response)? {
-        state.sign_in_limits.succeeded(client);
-        Ok(())
-    } else {
-        state.sign_in_limits.failed(client);
-        Err(unauthorized().into_response())
-    }
-}
-
-/// A request the admin token authorizes: a handler that takes it runs only for the admin, and
-/// its body, extracted after it, is read only then.
-pub struct Admin;
-
-impl axum::extract::FromRequestParts<Arc<AppState>> for Admin {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, Response> {
-        authorize_admin(state, parts).await.map(|()| Admin)
-    }
-}
-
 pub async fn exists(state: &AppState, agent: &str) -> Result<(), ApiError> {
     if state.store.agent_exists(agent).await? { Ok(()) } else { Err(no_agent(agent)) }
 }
@@ -235,33 +203,4 @@ pub struct PageQuery {
     #[serde(default)]
     pub after: String,
     pub limit: Option<usize>,
-}
-
-/// Set a workspace's desired state by an action's name; the caller has authorized it.
-pub async fn set_desired(
-    state: &AppState,
-    (agent, name, action): (String, String, String),
-) -> Result<Workspace, ApiError> {
-    let desired = desired_for_action(&action)
-        .ok_or_else(|| not_found(format!("unknown action {action:?}; use start, stop, restart or terminate")))?;
-    let workspace = state.store.set_desired(&agent, &name, desired).await?;
-    workspace.ok_or_else(|| not_found(format!("no workspace {name:?} for agent {agent:?}")))
-}
-
-/// `adopt` (with the image it runs, which the agent's report does not carry) or `terminate`;
-/// the caller has authorized it.
-pub async fn settle_orphan(
-    state: &AppState,
-    (agent, namespace, name, action): (String, String, String, String),
-    image: String,
-) -> Result<Workspace, ApiError> {
-    exists(state, &agent).await?;
-    let fate = match action.as_str() {
-        "adopt" if image.trim().is_empty() => return Err(bad_request("adopting needs the image the workspace runs")),
-        "adopt" => OrphanFate::Adopt { image: image.trim().to_string() },
-        "terminate" => OrphanFate::Terminate,
-        _ => return Err(not_found(format!("unknown action {action:?}; use adopt or terminate"))),
-    };
-    let workspace = state.store.settle_orphan(&agent, &namespace, &name, fate).await?;
-    workspace.ok_or_else(|| not_found(format!("no orphan {namespace}/{name} for agent {agent:?}")))
 }

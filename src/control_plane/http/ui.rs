@@ -1,4 +1,4 @@
-//! The server-rendered pages: sign-in, the agents, and one agent's workspaces. Every value is
+//! The server-rendered pages: sign-in, a user's workspaces, the agents, and one agent's workspaces. Every value is
 //! escaped, every form carries the session's CSRF token, and no page has a script.
 
 use super::validation::url_part;
@@ -20,7 +20,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-fn ago(now: i64, at: Option<i64>) -> String {
+pub(super) fn ago(now: i64, at: Option<i64>) -> String {
     let Some(at) = at else { return "never".into() };
     let seconds = (now - at).max(0) / 1000;
     match seconds {
@@ -31,7 +31,7 @@ fn ago(now: i64, at: Option<i64>) -> String {
 }
 
 /// The hidden field every state-changing form carries.
-fn csrf_field(csrf: &str) -> String {
+pub(super) fn csrf_field(csrf: &str) -> String {
     format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">", escape(csrf))
 }
 
@@ -41,7 +41,7 @@ tr.details td{border-bottom:2px solid #999}.actions form{display:inline}\
 .error{background:#fee;border:1px solid #c00;padding:.4em}.error pre{white-space:pre-wrap;margin:.3em 0}\
 .stale{color:#666;font-style:italic;margin:0}header form{float:right}</style>";
 
-fn document(title: &str, refresh: bool, body: &str) -> String {
+pub(super) fn document(title: &str, refresh: bool, body: &str) -> String {
     let refresh = if refresh { "<meta http-equiv=\"refresh\" content=\"5\">" } else { "" };
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>{refresh}{STYLE}</head>\
@@ -50,22 +50,46 @@ fn document(title: &str, refresh: bool, body: &str) -> String {
     )
 }
 
-fn sign_out_form(csrf: &str) -> String {
+/// Who is signed in, and what the page offers them.
+#[derive(Debug, Clone, Copy)]
+pub struct Nav<'a> {
+    pub csrf: &'a str,
+    /// The username, or `admin-token`.
+    pub who: &'a str,
+    pub admin: bool,
+}
+
+/// The links every page carries, who is signed in, and the sign-out button.
+pub fn header(nav: &Nav<'_>) -> String {
+    let admin = if nav.admin { " · <a href=\"/users\">Users</a> · <a href=\"/audit\">Audit trail</a>" } else { "" };
+    let audit = if nav.admin { "" } else { " · <a href=\"/audit\">My activity</a>" };
     format!(
-        "<header><form method=\"post\" action=\"/sign-out\">{}<button type=\"submit\">Sign out</button></form></header>",
-        csrf_field(csrf)
+        "<header><form method=\"post\" action=\"/sign-out\">{}<span>{}</span> <button type=\"submit\">Sign out</button></form>\
+         <nav><a href=\"/\">My workspaces</a> · <a href=\"/tokens\">API tokens</a>{audit}{admin}</nav></header>",
+        csrf_field(nav.csrf),
+        escape(nav.who)
     )
 }
 
-/// The sign-in form; `next` is where it goes after.
-pub fn sign_in_page(next: &str, problem: Option<&str>) -> String {
+/// The sign-in form; `next` is where it goes after. With an identity provider, its button
+/// comes first; the token form stays, for users an admin created and the break-glass token.
+pub fn sign_in_page(next: &str, problem: Option<&str>, provider: bool) -> String {
     let problem = problem.map(|p| format!("<p class=\"error\">{}</p>", escape(p))).unwrap_or_default();
+    let provider = if provider {
+        format!(
+            "<form method=\"get\" action=\"/sign-in/oidc\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
+             <button type=\"submit\" id=\"oidc\">Sign in with your identity provider</button></form><p>Or:</p>",
+            escape(next)
+        )
+    } else {
+        String::new()
+    };
     document(
         "wsync: sign in",
         false,
         &format!(
-            "<h1>Sign in</h1>{problem}<p>Paste the admin token: the control plane printed it on its first start \
-             (or read it from <code>--admin-token-file</code>).</p>\
+            "<h1>Sign in</h1>{problem}{provider}<p>Paste your token: one an admin gave you (<code>wsync users create</code>), \
+             one of your API tokens, or the admin token the control plane printed on its first start.</p>\
              <form method=\"post\" action=\"/sign-in\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
              <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus>\
              <button type=\"submit\">Sign in</button></form>",
@@ -74,17 +98,72 @@ pub fn sign_in_page(next: &str, problem: Option<&str>) -> String {
     )
 }
 
-/// The agents this control plane knows.
-pub fn index_page(agents: &[String], csrf: &str) -> String {
-    let mut items = String::new();
-    for agent in agents {
-        let agent = escape(agent);
-        let _ = write!(items, "<li><a href=\"/agents/{agent}\">{agent}</a></li>");
+/// The home page: a user's own workspaces across agents, the form to create one, and for
+/// admins every agent.
+pub struct HomeView<'a> {
+    pub nav: Nav<'a>,
+    /// None for the admin token, which owns no workspaces.
+    pub mine: Option<&'a [Workspace]>,
+    /// Where the next page of them starts (`agent/name`), when more follow.
+    pub more: Option<String>,
+    pub agents: &'a [String],
+    pub problem: Option<&'a str>,
+}
+
+pub fn home_page(view: &HomeView<'_>, now: i64) -> String {
+    let problem = view.problem.map(|p| format!("<p class=\"error\">{}</p>", escape(p))).unwrap_or_default();
+    let mut body = format!("{}{problem}", header(&view.nav));
+    if let Some(mine) = view.mine {
+        let mut rows = String::new();
+        for w in mine {
+            let first = format!("{} / {}", escape(&w.agent_id), escape(&w.name));
+            rows.push_str(&workspace_rows(w, &first, view.nav.csrf, "/", &[], now));
+        }
+        if mine.is_empty() {
+            rows.push_str("<tr><td colspan=\"6\">No workspaces yet: create one below.</td></tr>");
+        }
+        let more = view
+            .more
+            .as_deref()
+            .map(|after| format!("<p><a href=\"/?after={}\">Next page</a></p>", url_part(after)))
+            .unwrap_or_default();
+        let _ = write!(
+            body,
+            "<h1>My workspaces</h1><table><thead><tr><th>Agent / workspace</th><th>Namespace</th><th>Desired</th>\
+             <th>Actual</th><th>Last report</th><th></th></tr></thead><tbody>\n{rows}</tbody></table>{more}{}",
+            create_form(view.agents, view.nav.csrf)
+        );
     }
+    if view.nav.admin {
+        let mut items = String::new();
+        for agent in view.agents {
+            let _ = write!(items, "<li><a href=\"/agents/{}\">{}</a></li>", url_part(agent), escape(agent));
+        }
+        if view.agents.is_empty() {
+            items.push_str("<li>No agents yet. Register one with <code>wsync agents register</code>.</li>");
+        }
+        let _ = write!(body, "<h2>Agents</h2><ul>{items}</ul>");
+    }
+    document("wsync: my workspaces", view.mine.is_some(), &body)
+}
+
+/// The form that creates a workspace: agent, name, image, resources, environment.
+fn create_form(agents: &[String], csrf: &str) -> String {
     if agents.is_empty() {
-        items.push_str("<li>No agents yet. Register one with <code>wsync agents register</code>.</li>");
+        return "<p>No agent is registered yet: an admin registers one first.</p>".into();
     }
-    document("wsync: agents", false, &format!("{}<h1>Agents</h1><ul>{items}</ul>", sign_out_form(csrf)))
+    let options: String = agents.iter().map(|a| format!("<option value=\"{0}\">{0}</option>", escape(a))).collect();
+    format!(
+        "<h2>Create a workspace</h2><form method=\"post\" action=\"/workspaces\" class=\"create\">{}\
+         <label>Agent <select name=\"agent\">{options}</select></label> \
+         <label>Name <input name=\"name\" required pattern=\"[a-z0-9]([-a-z0-9]*[a-z0-9])?\" maxlength=\"40\"></label> \
+         <label>Image <input name=\"image\" required></label> \
+         <label>CPU <input name=\"cpu\" placeholder=\"500m\" size=\"6\"></label> \
+         <label>Memory <input name=\"memory\" placeholder=\"1Gi\" size=\"6\"></label><br>\
+         <label>Environment, one <code>KEY=VALUE</code> a line<br><textarea name=\"env\" rows=\"3\" cols=\"60\"></textarea></label><br>\
+         <button type=\"submit\">Create</button></form>",
+        csrf_field(csrf)
+    )
 }
 
 /// The orphans section: workspaces the agent reports that this control plane does not know.
@@ -122,7 +201,7 @@ pub struct AgentView<'a> {
     /// The last name shown, when more workspaces follow.
     pub more: Option<&'a str>,
     pub orphans: &'a [Orphan],
-    pub csrf: &'a str,
+    pub nav: Nav<'a>,
     /// The agent's workspace settings, as YAML: what new workspaces get.
     pub settings: &'a str,
     /// The shown workspaces' recorded errors, newest first within each.
@@ -154,55 +233,59 @@ fn earlier_errors(history: &[ErrorRecord], workspace: &Workspace, now: i64) -> S
     )
 }
 
+/// A workspace's error, with what to do about it and whether it predates the desired state.
+fn error_box(w: &Workspace, now: i64) -> String {
+    let Some(e) = &w.error else { return String::new() };
+    let stale = if e.desired_state != w.desired_state {
+        format!(
+            "<p class=\"stale\">This error is from before the desired state changed from {} to {}.</p>",
+            escape(e.desired_state.as_str()),
+            escape(w.desired_state.as_str())
+        )
+    } else {
+        String::new()
+    };
+    let hint = e.hint().map(|h| format!("<p class=\"hint\">What to do: {}</p>", escape(h))).unwrap_or_default();
+    format!(
+        "<div class=\"error\"><strong>{} error</strong> (first seen {}, last seen {})<pre>{}</pre>{hint}{stale}</div>",
+        escape(&e.error_type),
+        ago(now, Some(e.first_seen)),
+        ago(now, Some(e.last_seen)),
+        escape(&e.message)
+    )
+}
+
+/// A workspace's two rows: its state and buttons (each form back to `back`), then its errors.
+/// `first` is its first cell: its name, or its agent and name.
+fn workspace_rows(w: &Workspace, first: &str, csrf: &str, back: &str, history: &[ErrorRecord], now: i64) -> String {
+    let (agent_url, name_url) = (url_part(&w.agent_id), url_part(&w.name));
+    let hidden = format!("{}<input type=\"hidden\" name=\"next\" value=\"{}\">", csrf_field(csrf), escape(back));
+    let mut buttons = String::new();
+    for (action, label) in [("start", "Start"), ("stop", "Stop"), ("restart", "Restart"), ("terminate", "Terminate")] {
+        let _ = write!(
+            buttons,
+            "<form method=\"post\" action=\"/agents/{agent_url}/workspaces/{name_url}/{action}\">{hidden}<button type=\"submit\">{label}</button></form>"
+        );
+    }
+    format!(
+        "<tr><td>{first}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
+         <tr class=\"details\"><td colspan=\"6\">{}{}</td></tr>\n",
+        escape(&w.namespace),
+        escape(w.desired_state.as_str()),
+        escape(w.actual_state.as_str()),
+        ago(now, w.last_reported_at),
+        error_box(w, now),
+        earlier_errors(history, w, now),
+    )
+}
+
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
     let (agent, workspaces) = (view.agent, view.workspaces);
     let (agent_html, agent_url) = (escape(agent), url_part(agent));
-    let csrf = csrf_field(view.csrf);
+    let back = format!("/agents/{agent_url}");
     let mut rows = String::new();
     for w in workspaces {
-        let error = match &w.error {
-            None => String::new(),
-            Some(e) => {
-                let stale = if e.desired_state != w.desired_state {
-                    format!(
-                        "<p class=\"stale\">This error is from before the desired state changed from {} to {}.</p>",
-                        escape(e.desired_state.as_str()),
-                        escape(w.desired_state.as_str())
-                    )
-                } else {
-                    String::new()
-                };
-                let hint =
-                    e.hint().map(|h| format!("<p class=\"hint\">What to do: {}</p>", escape(h))).unwrap_or_default();
-                format!(
-                    "<div class=\"error\"><strong>{} error</strong> (first seen {}, last seen {})<pre>{}</pre>{hint}{stale}</div>",
-                    escape(&e.error_type),
-                    ago(now, Some(e.first_seen)),
-                    ago(now, Some(e.last_seen)),
-                    escape(&e.message)
-                )
-            }
-        };
-        let (name, name_url) = (escape(&w.name), url_part(&w.name));
-        let mut buttons = String::new();
-        for (action, label) in
-            [("start", "Start"), ("stop", "Stop"), ("restart", "Restart"), ("terminate", "Terminate")]
-        {
-            let _ = write!(
-                buttons,
-                "<form method=\"post\" action=\"/agents/{agent_url}/workspaces/{name_url}/{action}\">{csrf}<button type=\"submit\">{label}</button></form>"
-            );
-        }
-        let history = earlier_errors(view.history, w, now);
-        let _ = write!(
-            rows,
-            "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
-             <tr class=\"details\"><td colspan=\"6\">{error}{history}</td></tr>\n",
-            escape(&w.namespace),
-            escape(w.desired_state.as_str()),
-            escape(w.actual_state.as_str()),
-            ago(now, w.last_reported_at),
-        );
+        rows.push_str(&workspace_rows(w, &escape(&w.name), view.nav.csrf, &back, view.history, now));
     }
     if workspaces.is_empty() {
         rows.push_str(
@@ -219,9 +302,9 @@ pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {
          <tbody>\n{rows}</tbody></table>{more}\
          <details><summary>Workspace settings (GitLab's; new workspaces get them, existing ones keep theirs)</summary>\
          <pre>{}</pre></details>{}",
-        sign_out_form(view.csrf),
+        header(&view.nav),
         escape(view.settings),
-        orphans_section(&agent_url, view.orphans, now, view.csrf)
+        orphans_section(&agent_url, view.orphans, now, view.nav.csrf)
     );
     document(&format!("wsync: agent {agent}"), true, &body)
 }
@@ -254,7 +337,7 @@ mod tests {
             workspaces: &[],
             more: None,
             orphans: &orphans,
-            csrf: "t0k\"",
+            nav: Nav { csrf: "t0k\"", who: "root", admin: true },
             settings: "<x>",
             history: &[],
         };

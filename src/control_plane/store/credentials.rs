@@ -1,8 +1,9 @@
 //! Credentials: agent tokens (rotated with a grace period, revoked), the admin token generated
-//! on first start, and the page's sessions. Every secret is stored as its SHA-256 only.
+//! on first start, and the page's sessions (a user's, or the admin token's holder's). Every secret is stored as its SHA-256 only.
 
 use super::error::{StoreError, StoreResult};
 use super::{Backend, Store, hash_token, new_token};
+use crate::control_plane::decisions::access::{Caller, UserRef};
 use crate::control_plane::model::{Agent, Session};
 use sqlx::Row;
 
@@ -76,8 +77,8 @@ impl Store {
         };
         let inserted = sqlx::query(upsert).bind(hash_token(&token)).bind(self.clock.now()).execute(&self.pool).await?;
         if replace {
-            // Whoever held the old token is signed out with it.
-            sqlx::query("DELETE FROM admin_sessions").execute(&self.pool).await?;
+            // Whoever held the old token is signed out with it; users stay signed in.
+            sqlx::query("DELETE FROM admin_sessions WHERE user_id IS NULL").execute(&self.pool).await?;
         }
         Ok((inserted.rows_affected() == 1).then_some(token))
     }
@@ -102,7 +103,7 @@ impl Store {
             }
         } == 1;
         if changed {
-            sqlx::query("DELETE FROM admin_sessions").execute(&self.pool).await?;
+            sqlx::query("DELETE FROM admin_sessions WHERE user_id IS NULL").execute(&self.pool).await?;
         }
         Ok(changed)
     }
@@ -116,33 +117,47 @@ impl Store {
         Ok(super::same_secret(&stored, &hash_token(token)))
     }
 
-    /// Open a session for `ttl_ms`; returns the cookie value (shown once) and the session.
-    pub async fn open_session(&self, ttl_ms: i64) -> StoreResult<(String, Session)> {
+    /// Open a session for `ttl_ms`, for a user or (None) the admin token's holder; returns
+    /// the cookie value (shown once) and the session.
+    pub async fn open_session(&self, ttl_ms: i64, user: Option<&UserRef>) -> StoreResult<(String, Session)> {
         let now = self.clock.now();
         // Expired sessions go whenever a new one comes: the table stays as small as its use.
         sqlx::query("DELETE FROM admin_sessions WHERE expires_at <= $1").bind(now).execute(&self.pool).await?;
         let (cookie, csrf_token) = (new_token()?, new_token()?);
         let expires_at = now.saturating_add(ttl_ms);
-        sqlx::query("INSERT INTO admin_sessions (session_hash, csrf_token, expires_at) VALUES ($1, $2, $3)")
-            .bind(hash_token(&cookie))
-            .bind(&csrf_token)
-            .bind(expires_at)
-            .execute(&self.pool)
-            .await?;
-        Ok((cookie, Session { csrf_token, expires_at }))
+        sqlx::query(
+            "INSERT INTO admin_sessions (session_hash, csrf_token, expires_at, user_id) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(hash_token(&cookie))
+        .bind(&csrf_token)
+        .bind(expires_at)
+        .bind(user.map(|u| u.id.clone()))
+        .execute(&self.pool)
+        .await?;
+        let caller = user.map_or(Caller::AdminToken, |u| Caller::User(u.clone()));
+        Ok((cookie, Session { csrf_token, expires_at, caller }))
     }
 
-    /// The live session a cookie names, if any.
+    /// The live session a cookie names, if any: a disabled or deleted user's is none, at once.
     pub async fn session(&self, cookie: &str) -> StoreResult<Option<Session>> {
         let row = sqlx::query(
-            "SELECT csrf_token, expires_at FROM admin_sessions WHERE session_hash = $1 AND expires_at > $2",
+            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, u.role FROM admin_sessions s \
+             LEFT JOIN users u ON u.id = s.user_id AND u.disabled_at IS NULL \
+             WHERE s.session_hash = $1 AND s.expires_at > $2",
         )
         .bind(hash_token(cookie))
         .bind(self.clock.now())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| Ok(Session { csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")? }))
-            .transpose()
+        let Some(row) = row else { return Ok(None) };
+        let caller = match row.try_get::<Option<String>, _>("user_id")? {
+            None => Caller::AdminToken,
+            Some(id) => match super::people::user_ref(&row, id)? {
+                Some(user) => Caller::User(user),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(Session { csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")?, caller }))
     }
 
     pub async fn close_session(&self, cookie: &str) -> StoreResult<()> {

@@ -3,11 +3,13 @@
 //! (the hot path) go to a writer thread of their own ([`sqlite_writer`]); on PostgreSQL they
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
+pub mod audit;
 mod changes;
 mod credentials;
 mod error;
 mod error_history;
 mod orphans;
+pub mod people;
 mod postgres;
 pub mod rows;
 mod settings;
@@ -24,6 +26,7 @@ use sha2::{Digest, Sha256};
 use sqlite_writer::SqliteWriter;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
+use statements::OwnedBy;
 
 /// Tokens are stored as their SHA-256: a leaked database leaks no agent's credentials.
 pub fn hash_token(token: &str) -> String {
@@ -197,9 +200,11 @@ impl Store {
                 "agent {agent_id:?} has {existing} workspaces that are not terminated, its workspaces_quota"
             )));
         }
-        let owned = match &new.owner {
-            Some(owner) => self.alive_workspaces(&mut tx, agent_id, Some(owner)).await?,
-            None => 0,
+        // Counted by the user when there is one; a legacy owner name by the name.
+        let owned = match (&new.owner_id, &new.owner) {
+            (Some(id), _) => self.alive_workspaces(&mut tx, agent_id, Some(OwnedBy::User(id))).await?,
+            (None, Some(owner)) => self.alive_workspaces(&mut tx, agent_id, Some(OwnedBy::Name(owner))).await?,
+            (None, None) => 0,
         };
         config.admits_another_of(new.owner.as_deref(), owned).map_err(StoreError::Conflict)?;
         let namespace = match config.shared_namespace.as_str() {
@@ -211,8 +216,8 @@ impl Store {
         };
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
-             desired_state_updated_at, actual_state_updated_at, created_at, force_include_all_resources, owner, agent_config) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, \
+             desired_state_updated_at, actual_state_updated_at, created_at, force_include_all_resources, owner, owner_id, \
+             agent_config) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, $14, \
              (SELECT workspaces_config FROM agents WHERE id = $1))",
         )
         .bind(agent_id)
@@ -228,6 +233,7 @@ impl Store {
         .bind(now)
         .bind(now)
         .bind(new.owner.clone())
+        .bind(new.owner_id.clone())
         .execute(&mut *tx)
         .await
         .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;
@@ -247,14 +253,46 @@ impl Store {
     }
 
     /// One page of an agent's workspaces in name order: at most `limit` (capped at
-    /// [`MAX_PAGE`]) after the name `after`.
-    pub async fn workspaces_page(&self, agent_id: &str, after: &str, limit: usize) -> StoreResult<Vec<Workspace>> {
+    /// [`MAX_PAGE`]) after the name `after`; with `owner_id`, that user's alone.
+    pub async fn workspaces_page(
+        &self,
+        agent_id: &str,
+        after: &str,
+        limit: usize,
+        owner_id: Option<&str>,
+    ) -> StoreResult<Vec<Workspace>> {
         let limit = i64::try_from(limit.clamp(1, MAX_PAGE)).unwrap_or(1);
         let sql = format!(
-            "SELECT {} FROM workspaces WHERE agent_id = $1 AND name > $2 ORDER BY name LIMIT $3",
+            "SELECT {} FROM workspaces WHERE agent_id = $1 AND name > $2 AND ($3 = '' OR owner_id = $3) \
+             ORDER BY name LIMIT $4",
             *SELECT_COLUMNS
         );
-        let rows = sqlx::query(&sql).bind(agent_id).bind(after).bind(limit).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&sql)
+            .bind(agent_id)
+            .bind(after)
+            .bind(owner_id.unwrap_or_default())
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(workspace_from_row).collect()
+    }
+
+    /// A user's workspaces across every agent, in (agent, name) order: at most `limit` after
+    /// `after` (`agent/name`).
+    pub async fn workspaces_of(
+        &self,
+        owner_id: &str,
+        after: (&str, &str),
+        limit: usize,
+    ) -> StoreResult<Vec<Workspace>> {
+        let limit = i64::try_from(limit.clamp(1, MAX_PAGE)).unwrap_or(1);
+        let sql = format!(
+            "SELECT {} FROM workspaces WHERE owner_id = $1 AND (agent_id > $2 OR (agent_id = $2 AND name > $3)) \
+             ORDER BY agent_id, name LIMIT $4",
+            *SELECT_COLUMNS
+        );
+        let rows =
+            sqlx::query(&sql).bind(owner_id).bind(after.0).bind(after.1).bind(limit).fetch_all(&self.pool).await?;
         rows.iter().map(workspace_from_row).collect()
     }
 

@@ -21,7 +21,7 @@ pub enum Written {
 }
 
 /// Every column of `workspaces` (migrations/), with its SQL type.
-pub const COLUMNS: [(&str, &str, Written); 23] = [
+pub const COLUMNS: [(&str, &str, Written); 24] = [
     ("agent_id", "TEXT", Written::Key),
     ("name", "TEXT", Written::Key),
     ("namespace", "TEXT", Written::AtCreation),
@@ -45,6 +45,7 @@ pub const COLUMNS: [(&str, &str, Written); 23] = [
     ("created_at", "BIGINT", Written::AtCreation),
     ("agent_config", "TEXT", Written::AtCreation),
     ("owner", "TEXT", Written::AtCreation),
+    ("owner_id", "TEXT", Written::AtCreation),
 ];
 
 fn names(written: Written) -> impl Iterator<Item = &'static str> {
@@ -202,6 +203,7 @@ impl WorkspaceReader {
             created_at: row.required_integer("created_at")?,
             agent_config: self.settings(row.text("agent_config")?)?,
             owner: row.text("owner")?,
+            owner_id: row.text("owner_id")?,
         })
     }
 
@@ -303,6 +305,7 @@ pub(super) mod tests {
             created_at: 0,
             agent_config: AgentConfig::before_settings().into(),
             owner: None,
+            owner_id: None,
         }
     }
 

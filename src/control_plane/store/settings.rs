@@ -6,7 +6,7 @@ use super::error::{StoreError, StoreResult};
 use crate::control_plane::decisions::agent_config::AgentConfig;
 use crate::protocol::{DesiredState, ImagePullSecret};
 
-use super::statements::{Tx, read_settings};
+use super::statements::{OwnedBy, Tx, read_settings};
 
 impl Store {
     /// An agent's workspace settings; None when there is no such agent.
@@ -67,13 +67,24 @@ impl Store {
     }
 
     /// How many of an agent's workspaces are not terminated; `owner`'s alone when given.
-    pub(super) async fn alive_workspaces(&self, tx: &mut Tx<'_>, id: &str, owner: Option<&str>) -> StoreResult<i64> {
+    pub(super) async fn alive_workspaces(
+        &self,
+        tx: &mut Tx<'_>,
+        id: &str,
+        owner: Option<OwnedBy<'_>>,
+    ) -> StoreResult<i64> {
         let sql = match owner {
-            Some(_) => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2 AND owner = $3",
+            Some(OwnedBy::User(_)) => {
+                "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2 AND owner_id = $3"
+            }
+            Some(OwnedBy::Name(_)) => {
+                "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2 AND owner = $3 \
+                 AND owner_id IS NULL"
+            }
             None => "SELECT COUNT(*) FROM workspaces WHERE agent_id = $1 AND desired_state <> $2",
         };
         let mut query = sqlx::query_as(sql).bind(id).bind(DesiredState::Terminated.as_str());
-        if let Some(owner) = owner {
+        if let Some(OwnedBy::User(owner) | OwnedBy::Name(owner)) = owner {
             query = query.bind(owner);
         }
         let (alive,): (i64,) = query.fetch_one(&mut **tx).await?;

@@ -71,3 +71,10 @@ pub async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &str) ->
         None => Ok(()),
     }
 }
+
+/// Whose workspaces a quota counts: a user's, or those created for a name that matched none.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum OwnedBy<'a> {
+    User(&'a str),
+    Name(&'a str),
+}
