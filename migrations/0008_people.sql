@@ -29,6 +29,8 @@ CREATE INDEX IF NOT EXISTS api_tokens_user ON api_tokens (user_id);
 
 -- NULL: signed in with the admin token (break-glass).
 ALTER TABLE admin_sessions ADD COLUMN user_id TEXT;
+-- The personal token a session was opened with: revoking it ends the session.
+ALTER TABLE admin_sessions ADD COLUMN api_token_id TEXT;
 
 -- The owning user's id; `owner` keeps the name the workspace was created for. A workspace
 -- whose owner names no user stays the admins' until an admin creates a user of that name.

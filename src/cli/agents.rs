@@ -1,6 +1,6 @@
 //! `wsync agents …`: register agents, their tokens, pull secrets and workspace settings.
 
-use super::{Error, Output, Result, ServerArgs, call};
+use super::{Error, Output, Result, ServerArgs, call, segment};
 use crate::protocol::ImagePullSecret;
 use std::path::PathBuf;
 
@@ -61,6 +61,7 @@ fn parse_pull_secrets(secrets: &[String]) -> Result<Vec<ImagePullSecret>> {
 }
 
 pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
+    let path = |id: &str, rest: &str| format!("api/v1/agents/{}/{rest}", segment(id));
     match command {
         AgentsCommand::Register { id, image_pull_secrets, config } => {
             let secrets = parse_pull_secrets(&image_pull_secrets)?;
@@ -77,8 +78,7 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
         }
         AgentsCommand::RotateToken { id, grace } => {
             let body = serde_json::json!({ "grace_seconds": grace.as_secs() });
-            let answer =
-                call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/rotate-token"), Some(body)).await?;
+            let answer = call(server, reqwest::Method::POST, &path(&id, "rotate-token"), Some(body)).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
                 Output::Table => {
@@ -93,21 +93,21 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
         AgentsCommand::SetConfig { id, file } => {
             let config = read_agent_config(&file)?;
             let body = serde_json::to_value(&config).map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
-            let answer = call(server, reqwest::Method::PUT, &format!("api/v1/agents/{id}/config"), Some(body)).await?;
+            let answer = call(server, reqwest::Method::PUT, &path(&id, "config"), Some(body)).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
                 Output::Table => println!("agent {id}: workspace settings set; new workspaces get them"),
             }
         }
         AgentsCommand::Config { id } => {
-            let answer = call(server, reqwest::Method::GET, &format!("api/v1/agents/{id}/config"), None).await?;
+            let answer = call(server, reqwest::Method::GET, &path(&id, "config"), None).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
                 Output::Table => print!("{}", crate::yaml::to_string(&answer).unwrap_or_default()),
             }
         }
         AgentsCommand::Revoke { id } => {
-            let answer = call(server, reqwest::Method::POST, &format!("api/v1/agents/{id}/revoke"), None).await?;
+            let answer = call(server, reqwest::Method::POST, &path(&id, "revoke"), None).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
                 Output::Table => println!("agent {id}: revoked; every call with its tokens is refused"),
@@ -115,8 +115,7 @@ pub async fn agents(server: &ServerArgs, command: AgentsCommand) -> Result<()> {
         }
         AgentsCommand::SetImagePullSecrets { id, image_pull_secrets } => {
             let body = serde_json::json!({ "image_pull_secrets": parse_pull_secrets(&image_pull_secrets)? });
-            let path = format!("api/v1/agents/{id}/image-pull-secrets");
-            let answer = call(server, reqwest::Method::PUT, &path, Some(body)).await?;
+            let answer = call(server, reqwest::Method::PUT, &path(&id, "image-pull-secrets"), Some(body)).await?;
             match server.output {
                 Output::Json => println!("{answer}"),
                 Output::Table => println!("agent {id}: image pull secrets set; workspaces get their config again"),

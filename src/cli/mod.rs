@@ -193,6 +193,12 @@ async fn send(
     Ok((body, link))
 }
 
+/// One path segment of the API, percent-encoded: an argument can never add a `/`, a `..`
+/// or a `?` to the path it goes in.
+pub fn segment(part: &str) -> String {
+    crate::control_plane::http::validation::url_part(part)
+}
+
 /// Without an agent, `list` lists the caller's own workspaces across every agent; the other
 /// commands need one.
 pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: WorkspacesCommand) -> Result<()> {
@@ -210,6 +216,7 @@ pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: Works
             });
         }
     };
+    let agent = &segment(agent);
     let base = format!("api/v1/agents/{agent}/workspaces");
     let (method, path, body) = match &command {
         WorkspacesCommand::Create { name, image, cpu, memory, env, owner } => {
@@ -241,11 +248,15 @@ pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: Works
         WorkspacesCommand::TerminateOrphan { orphan } => {
             (reqwest::Method::POST, format!("api/v1/agents/{agent}/orphans/{}/terminate", orphan_path(orphan)?), None)
         }
-        WorkspacesCommand::Get { name } => (reqwest::Method::GET, format!("{base}/{name}"), None),
-        WorkspacesCommand::Start { name } => (reqwest::Method::POST, format!("{base}/{name}/start"), None),
-        WorkspacesCommand::Stop { name } => (reqwest::Method::POST, format!("{base}/{name}/stop"), None),
-        WorkspacesCommand::Restart { name } => (reqwest::Method::POST, format!("{base}/{name}/restart"), None),
-        WorkspacesCommand::Terminate { name } => (reqwest::Method::POST, format!("{base}/{name}/terminate"), None),
+        WorkspacesCommand::Get { name } => (reqwest::Method::GET, format!("{base}/{}", segment(name)), None),
+        WorkspacesCommand::Start { name } => (reqwest::Method::POST, format!("{base}/{}/start", segment(name)), None),
+        WorkspacesCommand::Stop { name } => (reqwest::Method::POST, format!("{base}/{}/stop", segment(name)), None),
+        WorkspacesCommand::Restart { name } => {
+            (reqwest::Method::POST, format!("{base}/{}/restart", segment(name)), None)
+        }
+        WorkspacesCommand::Terminate { name } => {
+            (reqwest::Method::POST, format!("{base}/{}/terminate", segment(name)), None)
+        }
     };
     let answer = match command {
         WorkspacesCommand::List { .. } => list_all(server, &path).await?,
@@ -272,7 +283,7 @@ fn print_workspaces(server: &ServerArgs, answer: Value) -> Result<()> {
 fn orphan_path(orphan: &str) -> Result<String> {
     match orphan.split_once('/') {
         Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok(format!("{namespace}/{name}"))
+            Ok(format!("{}/{}", segment(namespace), segment(name)))
         }
         _ => Err(Error::Usage { flag: "orphan", value: orphan.to_string(), form: "namespace/name" }),
     }

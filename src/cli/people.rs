@@ -1,7 +1,7 @@
 //! `wsync users …`, `wsync tokens …`, `wsync audit` and `wsync whoami`: people, their tokens
 //! and the audit trail, through the control plane's JSON API.
 
-use super::{Error, Output, Result, ServerArgs, call};
+use super::{Error, Output, Result, ServerArgs, call, segment};
 use crate::terminal::printable;
 use serde_json::Value;
 
@@ -82,13 +82,13 @@ pub async fn users(server: &ServerArgs, command: UsersCommand) -> Result<()> {
         }
         UsersCommand::List => call(server, reqwest::Method::GET, "api/v1/users", None).await?,
         UsersCommand::Disable { username } => {
-            call(server, post, &format!("api/v1/users/{username}/disable"), None).await?
+            call(server, post, &format!("api/v1/users/{}/disable", segment(username)), None).await?
         }
         UsersCommand::Enable { username } => {
-            call(server, post, &format!("api/v1/users/{username}/enable"), None).await?
+            call(server, post, &format!("api/v1/users/{}/enable", segment(username)), None).await?
         }
         UsersCommand::Delete { username } => {
-            call(server, reqwest::Method::DELETE, &format!("api/v1/users/{username}"), None).await?
+            call(server, reqwest::Method::DELETE, &format!("api/v1/users/{}", segment(username)), None).await?
         }
     };
     if server.output == Output::Json {
@@ -138,7 +138,7 @@ pub async fn tokens(server: &ServerArgs, command: TokensCommand) -> Result<()> {
         }
         TokensCommand::List => call(server, reqwest::Method::GET, "api/v1/tokens", None).await?,
         TokensCommand::Revoke { id } => {
-            call(server, reqwest::Method::POST, &format!("api/v1/tokens/{id}/revoke"), None).await?
+            call(server, reqwest::Method::POST, &format!("api/v1/tokens/{}/revoke", segment(id)), None).await?
         }
     };
     if server.output == Output::Json {

@@ -22,6 +22,8 @@ pub enum Error {
     Tls(String),
     #[error("{0}")]
     PublicUrl(String),
+    #[error("identity provider: {0}")]
+    IdentityProvider(String),
     #[error(
         "refusing to serve plain HTTP on {address}, which is not loopback: agent and admin tokens would cross \
          the network in clear. Give --tls-cert-file and --tls-key-file, or --allow-insecure-http behind a \
@@ -41,6 +43,7 @@ impl Error {
             Error::Serve(_) => "ServeFailed",
             Error::Tls(_) => "TlsUnusable",
             Error::PublicUrl(_) => "InvalidPublicUrl",
+            Error::IdentityProvider(_) => "IdentityProviderUnusable",
             Error::InsecureListen { .. } => "InsecureListen",
         }
     }

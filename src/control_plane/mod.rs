@@ -3,6 +3,7 @@
 pub mod decisions;
 pub mod error;
 pub mod http;
+pub mod identity_provider;
 pub mod model;
 pub mod store;
 
@@ -10,6 +11,7 @@ use crate::protocol::Settings;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
 use crate::runtime::{parse_duration, read_secret_token_file, shutdown_signal};
 use error::Error;
+use identity_provider::IdentityProvider;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -142,6 +144,34 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_METRICS_TOKEN_FILE")]
     pub metrics_token_file: Option<PathBuf>,
 
+    /// The OpenID Provider people sign in with (its issuer URL, as its discovery document
+    /// names it). Without it, an admin creates users (`wsync users create`).
+    #[arg(long, env = "WSYNC_OIDC_ISSUER", requires_all = ["oidc_client_id", "oidc_client_secret_file"])]
+    pub oidc_issuer: Option<String>,
+
+    /// This control plane's client id at the provider. Its redirect URI there is
+    /// `<--public-url, or http(s)://<--listen>>/sign-in/oidc/callback`.
+    #[arg(long, env = "WSYNC_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+
+    /// File holding the client secret.
+    #[arg(long, env = "WSYNC_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+
+    /// Scopes to ask for besides `openid`; repeatable (add the one that releases the groups
+    /// claim, if the provider has one).
+    #[arg(long = "oidc-scope", env = "WSYNC_OIDC_SCOPES", value_delimiter = ',', default_values = ["email", "profile"])]
+    pub oidc_scopes: Vec<String>,
+
+    /// The ID token's claim that lists the user's groups.
+    #[arg(long, env = "WSYNC_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+
+    /// A group (a value of the groups claim) whose members are admins; decided at each
+    /// sign-in. Without it, nobody signing in through the provider is an admin.
+    #[arg(long, env = "WSYNC_OIDC_ADMIN_GROUP")]
+    pub oidc_admin_group: Option<String>,
+
     /// How long the audit trail keeps an entry; older ones are pruned every hour.
     #[arg(long, env = "WSYNC_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: std::time::Duration,
@@ -211,7 +241,14 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         },
         label_key: args.workspace_label_key.clone(),
     };
+    let own_origin = match &public_url {
+        Some(public) => public.origin.clone(),
+        None => format!("{scheme}://{}", args.listen),
+    };
+    let identity_provider = identity_provider(&args, &own_origin)?;
     let state = Arc::new(http::AppState {
+        identity_provider,
+        audit_retention_ms: millis(args.audit_retention),
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,
@@ -228,7 +265,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         },
         ..http::AppState::new(store, pipeline, admin)
     });
-    tokio::spawn(prune_audit_trail(state.store.clone(), millis(args.audit_retention)));
+    tokio::spawn(prune_audit_trail(state.store.clone(), state.audit_retention_ms));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen { address: args.listen, source })?;
@@ -248,6 +285,30 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         trusted_proxies: args.trusted_proxies.clone(),
     };
     http::server::serve(listener, http::router(state), options, shutdown_signal()).await
+}
+
+/// The identity provider `--oidc-*` configure, if any. Its discovery waits for the first
+/// sign-in: a provider that is down does not stop the control plane.
+fn identity_provider(args: &ControlPlaneArgs, own_origin: &str) -> Result<Option<Arc<IdentityProvider>>, Error> {
+    let (Some(issuer), Some(client_id), Some(secret_file)) =
+        (&args.oidc_issuer, &args.oidc_client_id, &args.oidc_client_secret_file)
+    else {
+        return Ok(None);
+    };
+    let client_secret = crate::runtime::read_token_file(secret_file)
+        .map_err(|e| Error::IdentityProvider(format!("--oidc-client-secret-file: {e}")))?;
+    let config = identity_provider::ProviderConfig {
+        issuer: issuer.clone(),
+        client_id: client_id.clone(),
+        client_secret,
+        redirect_url: format!("{own_origin}/sign-in/oidc/callback"),
+        scopes: args.oidc_scopes.iter().filter(|s| *s != "openid").cloned().collect(),
+        groups_claim: args.oidc_groups_claim.clone(),
+        admin_group: args.oidc_admin_group.clone(),
+    };
+    tracing::info!(issuer = %config.issuer, redirect = %config.redirect_url, "signing people in through the identity provider");
+    let provider = IdentityProvider::new(config).map_err(|e| Error::IdentityProvider(e.to_string()))?;
+    Ok(Some(Arc::new(provider)))
 }
 
 /// Every hour, the audit entries past their retention go (every replica does it; it is idempotent).

@@ -191,7 +191,7 @@ pub const LOCAL_ISSUER: &str = "local";
 
 impl User {
     pub fn reference(&self) -> UserRef {
-        UserRef { id: self.id.clone(), username: self.username.clone(), role: self.role }
+        UserRef { id: self.id.clone(), username: self.username.clone(), role: self.role, token: None }
     }
 }
 

@@ -340,7 +340,7 @@ async fn a_new_admin_token_file_signs_every_session_out() {
     std::fs::write(&control_plane.admin_token_file, &control_plane.admin_token).unwrap();
     control_plane.restart();
     assert_eq!(status(cookie).await, StatusCode::SEE_OTHER, "to the sign-in form");
-    assert!(control_plane.logs().contains("every session is signed out"));
+    assert!(control_plane.logs().contains("its sessions are signed out"));
     let (fresh, _) = sign_in(&control_plane).await;
     assert_eq!(status(fresh).await, StatusCode::OK, "the new token signs in");
 }

@@ -192,6 +192,9 @@ async fn a_disabled_or_deleted_user_is_turned_away_at_once_and_their_workspaces_
     let trail: Value = serde_json::from_str(&control_plane.cli(&["audit", "--limit", "200", "-o", "json"])).unwrap();
     let refused = trail.as_array().unwrap().iter().any(|e| e["action"] == "sign-in" && e["outcome"] == "refused");
     assert!(refused, "the failed sign-in is on the trail: {trail}");
+    let api_refused =
+        trail.as_array().unwrap().iter().any(|e| e["action"] == "api.authenticate" && e["outcome"] == "refused");
+    assert!(api_refused, "so is a token the API refused: {trail}");
     for action in ["user.disable", "user.enable", "user.delete", "token.create", "sign-in"] {
         assert!(trail.as_array().unwrap().iter().any(|e| e["action"] == action), "{action} in {trail}");
     }
@@ -230,6 +233,21 @@ async fn tokens_are_bounded_revocable_and_never_more_than_their_user() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&by_file.stdout).trim(), "carol (user)");
 
+    // What a token makes cannot outlive it: a session it opens, or a token it makes.
+    let short = json_of(&cli_as(&control_plane, &carol, &["tokens", "create", "short", "--days", "1", "-o", "json"]));
+    let short_secret = short["token"].as_str().unwrap().to_string();
+    let longer =
+        json_of(&cli_as(&control_plane, &short_secret, &["tokens", "create", "longer", "--days", "366", "-o", "json"]));
+    assert_eq!(longer["details"]["expires_at"], short["details"]["expires_at"], "capped at the token it was made with");
+    let (cookie, _) = super::people::sign_in_as(&control_plane, &short_secret).await;
+    json_of(&cli_as(
+        &control_plane,
+        &carol,
+        &["tokens", "revoke", short["details"]["id"].as_str().unwrap(), "-o", "json"],
+    ));
+    let home = http().get(format!("{}/", control_plane.url)).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(home.status(), StatusCode::SEE_OTHER, "the session the revoked token opened ended with it");
+
     // Revoked by its owner: refused at once. Another user cannot revoke it.
     let eve = create_user(&control_plane, "eve", &[]);
     assert!(!cli_as(&control_plane, &eve, &["tokens", "revoke", id]).status.success());
@@ -249,6 +267,16 @@ async fn tokens_are_bounded_revocable_and_never_more_than_their_user() {
         .await
         .unwrap();
     assert_eq!(for_eve.status(), StatusCode::BAD_REQUEST, "only an admin creates for someone else");
+
+    // Names a user may not have, and an argument that tries to leave its path segment.
+    for name in ["admin-token", "Alice", "-x", "a/b"] {
+        let refused = control_plane.try_cli(&["users", "create", name]);
+        assert!(!refused.status.success(), "{name:?} is not a username");
+    }
+    let escape = control_plane.try_cli(&["users", "disable", "../agents/a1/revoke?"]);
+    assert!(!escape.status.success());
+    let trail: Value = serde_json::from_str(&control_plane.cli(&["audit", "--agent", "a1", "-o", "json"])).unwrap();
+    assert!(trail.as_array().unwrap().iter().all(|e| e["action"] != "agent.revoke"), "nothing was revoked: {trail}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

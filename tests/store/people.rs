@@ -41,7 +41,7 @@ pub async fn people_on_both_databases(store: &Store) {
     assert!(store.create_local_user("pat", Role::User, 30).await.is_err(), "a username is unique");
 
     // Tokens and sessions stop with their user.
-    let (_, secret) = store.create_api_token(&pat.id, "ci", 1).await.unwrap();
+    let (_, secret) = store.create_api_token(&pat.reference(), "ci", 1).await.unwrap();
     assert_eq!(store.user_by_api_token(&secret).await.unwrap().map(|u| u.username), Some("pat".into()));
     let (cookie, _) = store.open_session(60_000, Some(&pat.reference())).await.unwrap();
     assert!(matches!(store.session(&cookie).await.unwrap().map(|s| s.caller), Some(Caller::User(_))));

@@ -52,7 +52,7 @@ async fn suite(store: Store) {
     let new = NewWorkspace { memory: Some("64Mi".into()), ..NewWorkspace::new("ws", "busybox:1.36") };
     let created = store.create_workspace("a1", &new).await.unwrap();
     assert_eq!((created.desired_state, created.actual_state), (DesiredState::Running, ActualState::CreationRequested));
-    assert!(matches!(store.create_workspace("a1", &new).await, Err(StoreError::Conflict(_))));
+    assert!(matches!(store.create_workspace("a1", &new).await, Err(StoreError::NameTaken(_))));
     let ns = created.namespace.clone();
 
     // Never responded: a partial returns it with config, and the pull secrets.

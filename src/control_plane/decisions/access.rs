@@ -44,6 +44,23 @@ pub struct UserRef {
     pub id: String,
     pub username: String,
     pub role: Role,
+    /// The personal token the request (or its session) came with: what it makes may not
+    /// outlive it.
+    pub token: Option<TokenRef>,
+}
+
+/// A personal token, as the requests it signs carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRef {
+    pub id: String,
+    pub expires_at: i64,
+}
+
+impl UserRef {
+    /// When something this user makes now must end by: its own end, or the token's.
+    pub fn bounded(&self, expires_at: i64) -> i64 {
+        self.token.as_ref().map_or(expires_at, |token| expires_at.min(token.expires_at))
+    }
 }
 
 /// Who is asking.
@@ -89,19 +106,22 @@ impl Caller {
 
     /// Whose workspaces a listing shows: None for all (an admin), else this user's id.
     pub fn listing_scope(&self) -> Option<&str> {
-        if self.is_admin() { None } else { self.user_id().or(Some("")) }
+        // A caller with no user id matches nothing: "" would mean everyone's.
+        if self.is_admin() { None } else { self.user_id().or(Some("-")) }
     }
 }
 
 /// The longest username wsync gives or takes.
 pub const MAX_USERNAME: usize = 64;
 
-/// A username: letters, digits, '_', '.' and '-', starting with a letter or digit. It names
-/// a workspace's owner and the audit trail's actor, never the key of a user.
+/// A username: lowercase letters, digits, '_', '.' and '-', starting with a letter or digit,
+/// and not the admin token's name. It names a workspace's owner and the audit trail's actor,
+/// never the key of a user.
 pub fn is_username(s: &str) -> bool {
     (1..=MAX_USERNAME).contains(&s.len())
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && s != ADMIN_TOKEN_ACTOR
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// The username an identity provider's user is first given, from the claims it sent:
@@ -117,6 +137,9 @@ pub fn username_from_claims(preferred_username: Option<&str>, email: Option<&str
             .skip_while(|c| !c.is_ascii_alphanumeric())
             .take(MAX_USERNAME.saturating_sub(4))
             .collect();
+        if cleaned == ADMIN_TOKEN_ACTOR {
+            return format!("{cleaned}-user");
+        }
         if is_username(&cleaned) {
             return cleaned;
         }
@@ -128,6 +151,9 @@ pub fn username_from_claims(preferred_username: Option<&str>, email: Option<&str
 pub fn nth_username(base: &str, n: u32) -> String {
     if n <= 1 { base.to_string() } else { format!("{base}-{n}") }
 }
+
+/// Live personal tokens one user may have.
+pub const MAX_LIVE_TOKENS: i64 = 50;
 
 /// What a personal API token may live for.
 pub const DEFAULT_TOKEN_DAYS: u32 = 30;

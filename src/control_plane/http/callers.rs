@@ -30,6 +30,8 @@ async fn authenticate(state: &AppState, parts: &Parts) -> Result<Caller, Respons
         }
         None => {
             state.sign_in_limits.failed(client);
+            // Bounded by the backoff above: an address that keeps failing is refused before this.
+            state.audit_refused("", client, "api.authenticate", "a token that is not live").await;
             Err(unauthorized().into_response())
         }
     }

@@ -177,6 +177,21 @@ pub fn session_cookie(value: &str, max_age_seconds: i64, secure: bool) -> String
     format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", max_age_seconds.max(0))
 }
 
+/// The cookie that names a sign-in in flight at the identity provider. `SameSite=Lax`, the
+/// one cookie that is: the browser comes back from the provider's site by a top-level GET,
+/// which carries Lax cookies and never Strict ones. It grants nothing: it only ties the
+/// callback to the browser that started the sign-in. Its path is the sign-in's alone.
+pub fn pending_sign_in_cookie(value: &str, max_age_seconds: i64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{PENDING_SIGN_IN_COOKIE}={value}; Path=/sign-in/oidc; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+        max_age_seconds.max(0)
+    )
+}
+
+/// The pending sign-in cookie's name.
+pub const PENDING_SIGN_IN_COOKIE: &str = "wsync_sign_in";
+
 /// Where to go after signing in: a path on this server, or `/`. Never `//elsewhere`.
 pub fn local_path(next: &str) -> &str {
     let local = next.starts_with('/')

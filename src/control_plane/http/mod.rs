@@ -14,6 +14,7 @@ pub mod page_people;
 pub mod people_api;
 pub mod server;
 pub mod sign_in_limits;
+pub mod sign_in_oidc;
 pub mod state;
 pub mod ui;
 pub mod ui_people;
@@ -39,6 +40,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(management)
         .merge(page::router(state.clone()))
         .merge(page_people::router(state.clone()))
+        .merge(sign_in_oidc::router(state.clone()))
         // Every body but a reconcile's (read by hand, after its token) is small.
         .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES));
     for (name, value) in SECURITY_HEADERS {

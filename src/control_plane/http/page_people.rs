@@ -71,7 +71,7 @@ async fn create_token(
         return Err(super::state::bad_request("the admin token has no personal tokens; sign in as a user"));
     };
     let days = admit_new_token(&NewToken { name: form.name.clone(), days: form.days })?;
-    let (token, secret) = state.store.create_api_token(&user.id, form.name.trim(), days).await?;
+    let (token, secret) = state.store.create_api_token(user, form.name.trim(), days).await?;
     state.audit(signed_in.caller(), state.client(&extensions), "token.create", Target::Nothing, &token.name).await;
     let tokens = state.store.api_tokens(&user.id).await?;
     let page = ui_people::tokens_page(&signed_in.nav(), &tokens, Some((&token.name, &secret)), state.store.now());
@@ -151,9 +151,9 @@ async fn audit(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(que
     };
     let query = scoped(signed_in.caller(), query);
     let events = state.store.audit(&query).await?;
-    let limit = query.limit.unwrap_or(50);
+    let limit = query.limit.unwrap_or(50).clamp(1, crate::control_plane::store::audit::MAX_AUDIT_PAGE);
     let next = events.last().filter(|_| events.len() >= limit).map(|last| {
-        let mut next = format!("before={}", url_part(&format!("{}:{}", last.at, last.id)));
+        let mut next = format!("limit={limit}&before={}", url_part(&format!("{}:{}", last.at, last.id)));
         for (key, value) in [("user", &query.user), ("agent", &query.agent), ("workspace", &query.workspace)] {
             if let Some(value) = value {
                 next.push_str(&format!("&{key}={}", url_part(value)));

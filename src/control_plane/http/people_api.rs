@@ -140,7 +140,7 @@ async fn create_token(
     let user = own_user(&caller)?;
     let new: NewToken = parse(&body)?;
     let days = admit_new_token(&new)?;
-    let (token, secret) = state.store.create_api_token(&user.id, new.name.trim(), days).await?;
+    let (token, secret) = state.store.create_api_token(user, new.name.trim(), days).await?;
     state.audit(&caller, state.client(&extensions), "token.create", Target::Nothing, &token.name).await;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "token": secret, "details": token }))).into_response())
 }

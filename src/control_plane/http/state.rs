@@ -5,6 +5,7 @@ use super::front_door::{FrontDoor, Route};
 use super::server::ClientAddress;
 use super::sign_in_limits::{SignInLimits, TooMany};
 use crate::control_plane::decisions::pipeline::PipelineConfig;
+use crate::control_plane::identity_provider::IdentityProvider;
 use crate::control_plane::model::Agent;
 use crate::control_plane::store::{Store, StoreError, hash_token, same_secret};
 use crate::protocol::ErrorBody;
@@ -45,6 +46,10 @@ pub struct AppState {
     pub metrics_token: Option<String>,
     /// How fast anyone may try to sign in.
     pub sign_in_limits: SignInLimits,
+    /// The identity provider people sign in with, when `--oidc-issuer` names one.
+    pub identity_provider: Option<Arc<IdentityProvider>>,
+    /// The audit trail's retention: what `prune` keeps.
+    pub audit_retention_ms: i64,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -68,6 +73,8 @@ impl AppState {
                 NonZeroU32::new(SIGN_IN_ATTEMPTS_PER_ADDRESS).unwrap_or(NonZeroU32::MIN),
                 NonZeroU32::new(SIGN_IN_ATTEMPTS_TOTAL).unwrap_or(NonZeroU32::MIN),
             ),
+            identity_provider: None,
+            audit_retention_ms: 90 * 86_400_000,
         }
     }
 
@@ -100,7 +107,7 @@ impl AppState {
 
     /// Whether the sign-in page offers an identity provider.
     pub fn signs_in_with_provider(&self) -> bool {
-        false
+        self.identity_provider.is_some()
     }
 
     /// Whether `token` is the admin token.
@@ -148,6 +155,14 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(message) => ApiError(StatusCode::CONFLICT, message),
+            // Names are shared by everyone on an agent: a taken one says no more than that.
+            StoreError::NameTaken(name) => ApiError(
+                StatusCode::CONFLICT,
+                format!(
+                    "the name {name:?} is taken: workspace names are shared by every user of an agent, and of the \
+                     agents that share its namespace; choose another"
+                ),
+            ),
             // Transient for the caller, who retries; /healthz names the cause.
             StoreError::Writer(reason) => {
                 tracing::error!(%reason, "the database writer failed");

@@ -76,7 +76,7 @@ impl Store {
              ORDER BY at DESC, id DESC LIMIT $7",
         )
         .bind(before_at)
-        .bind(if before_at == i64::MAX { "\u{10FFFF}".to_string() } else { before_id })
+        .bind(before_id)
         .bind(query.user.clone().unwrap_or_default())
         .bind(query.actor_id.clone().unwrap_or_default())
         .bind(query.agent.clone().unwrap_or_default())

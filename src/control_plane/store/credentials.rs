@@ -118,20 +118,23 @@ impl Store {
     }
 
     /// Open a session for `ttl_ms`, for a user or (None) the admin token's holder; returns
-    /// the cookie value (shown once) and the session.
+    /// the cookie value (shown once) and the session. One opened with a personal token ends
+    /// with it: when it expires, or is revoked.
     pub async fn open_session(&self, ttl_ms: i64, user: Option<&UserRef>) -> StoreResult<(String, Session)> {
         let now = self.clock.now();
         // Expired sessions go whenever a new one comes: the table stays as small as its use.
         sqlx::query("DELETE FROM admin_sessions WHERE expires_at <= $1").bind(now).execute(&self.pool).await?;
         let (cookie, csrf_token) = (new_token()?, new_token()?);
-        let expires_at = now.saturating_add(ttl_ms);
+        let expires_at = user.map_or(now.saturating_add(ttl_ms), |u| u.bounded(now.saturating_add(ttl_ms)));
         sqlx::query(
-            "INSERT INTO admin_sessions (session_hash, csrf_token, expires_at, user_id) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO admin_sessions (session_hash, csrf_token, expires_at, user_id, api_token_id) \
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(hash_token(&cookie))
         .bind(&csrf_token)
         .bind(expires_at)
         .bind(user.map(|u| u.id.clone()))
+        .bind(user.and_then(|u| u.token.as_ref()).map(|t| t.id.clone()))
         .execute(&self.pool)
         .await?;
         let caller = user.map_or(Caller::AdminToken, |u| Caller::User(u.clone()));
@@ -141,9 +144,11 @@ impl Store {
     /// The live session a cookie names, if any: a disabled or deleted user's is none, at once.
     pub async fn session(&self, cookie: &str) -> StoreResult<Option<Session>> {
         let row = sqlx::query(
-            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, u.role FROM admin_sessions s \
+            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, u.role, t.id AS token_id, \
+             t.expires_at AS token_expires_at FROM admin_sessions s \
              LEFT JOIN users u ON u.id = s.user_id AND u.disabled_at IS NULL \
-             WHERE s.session_hash = $1 AND s.expires_at > $2",
+             LEFT JOIN api_tokens t ON t.id = s.api_token_id AND t.revoked_at IS NULL AND t.expires_at > $2 \
+             WHERE s.session_hash = $1 AND s.expires_at > $2 AND (s.api_token_id IS NULL OR t.id IS NOT NULL)",
         )
         .bind(hash_token(cookie))
         .bind(self.clock.now())

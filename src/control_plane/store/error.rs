@@ -8,6 +8,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("{0}")]
     Conflict(String),
+    /// A workspace name an agent already has, whoever's workspace it is.
+    #[error("workspace {0:?} already exists")]
+    NameTaken(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database: {0}")]

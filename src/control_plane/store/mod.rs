@@ -9,6 +9,7 @@ mod credentials;
 mod error;
 mod error_history;
 mod orphans;
+pub mod pending_sign_ins;
 pub mod people;
 mod postgres;
 pub mod rows;
@@ -197,7 +198,7 @@ impl Store {
         let existing = self.alive_workspaces(&mut tx, agent_id, None).await?;
         if !config.admits_another(existing) {
             return Err(StoreError::Conflict(format!(
-                "agent {agent_id:?} has {existing} workspaces that are not terminated, its workspaces_quota"
+                "agent {agent_id:?} has as many workspaces that are not terminated as its workspaces_quota allows"
             )));
         }
         // Counted by the user when there is one; a legacy owner name by the name.
@@ -236,7 +237,10 @@ impl Store {
         .bind(new.owner_id.clone())
         .execute(&mut *tx)
         .await
-        .map_err(|e| conflict(e, format!("workspace {:?} already exists", new.name)))?;
+        .map_err(|e| match conflict(e, String::new()) {
+            StoreError::Conflict(_) => StoreError::NameTaken(new.name.clone()),
+            other => other,
+        })?;
         tx.commit().await?;
         self.workspace(agent_id, &new.name).await?.ok_or_else(|| StoreError::Corrupt("inserted row vanished".into()))
     }

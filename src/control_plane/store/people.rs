@@ -4,7 +4,7 @@
 
 use super::error::{StoreError, StoreResult};
 use super::{Store, hash_token, new_token};
-use crate::control_plane::decisions::access::{Role, UserRef, nth_username};
+use crate::control_plane::decisions::access::{MAX_LIVE_TOKENS, Role, TokenRef, UserRef, nth_username};
 use crate::control_plane::model::{ApiToken, LOCAL_ISSUER, User};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -34,11 +34,16 @@ fn user_from_row(row: &AnyRow) -> StoreResult<User> {
     })
 }
 
-/// A joined row's user (`username`, `role`), or None when the join found no enabled user.
+/// A joined row's user (`username`, `role`, and `token_id`, `token_expires_at` when it came
+/// with a personal token), or None when the join found no enabled user.
 pub(super) fn user_ref(row: &AnyRow, id: String) -> StoreResult<Option<UserRef>> {
     let Some(username) = row.try_get::<Option<String>, _>("username")? else { return Ok(None) };
     let role = role_of(&row.try_get::<String, _>("role")?)?;
-    Ok(Some(UserRef { id, username, role }))
+    let token = match row.try_get::<Option<String>, _>("token_id")? {
+        Some(id) => Some(TokenRef { id, expires_at: row.try_get("token_expires_at")? }),
+        None => None,
+    };
+    Ok(Some(UserRef { id, username, role, token }))
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -74,14 +79,28 @@ impl Store {
                 e.into()
             }
         })?;
-        let claimed = sqlx::query("UPDATE workspaces SET owner_id = $1 WHERE owner = $2 AND owner_id IS NULL")
+        // GitLab's usernames are case-insensitive; wsync's are lowercase.
+        let claimed = sqlx::query("UPDATE workspaces SET owner_id = $1 WHERE LOWER(owner) = $2 AND owner_id IS NULL")
             .bind(&id)
             .bind(username)
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        let (token, secret) = (new_token()?, format!("wsync_{}", new_token()?));
+        let expires_at = now.saturating_add(i64::from(token_days).saturating_mul(86_400_000));
+        sqlx::query(
+            "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, expires_at) \
+             VALUES ($1, $2, 'first token', $3, $4, $5)",
+        )
+        .bind(token)
+        .bind(&id)
+        .bind(hash_token(&secret))
+        .bind(now)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
-        let (_, token) = self.create_api_token(&id, "first token", token_days).await?;
+        let token = secret;
         let user = self.user_by_name(username).await?.ok_or_else(|| StoreError::Corrupt("user vanished".into()))?;
         Ok((user, token, claimed))
     }
@@ -209,11 +228,25 @@ impl Store {
         Ok(true)
     }
 
-    /// A new personal API token for `days`, returned once, stored as its hash.
-    pub async fn create_api_token(&self, user_id: &str, name: &str, days: u32) -> StoreResult<(ApiToken, String)> {
+    /// A new personal API token for `days` (no longer than the token `user` asks with),
+    /// returned once, stored as its hash. At most [`MAX_LIVE_TOKENS`] live ones a user.
+    pub async fn create_api_token(&self, user: &UserRef, name: &str, days: u32) -> StoreResult<(ApiToken, String)> {
         let (id, secret) = (new_token()?, format!("wsync_{}", new_token()?));
         let now = self.clock.now();
-        let expires_at = now.saturating_add(i64::from(days).saturating_mul(86_400_000));
+        let expires_at = user.bounded(now.saturating_add(i64::from(days).saturating_mul(86_400_000)));
+        let user_id = user.id.as_str();
+        let (live,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM api_tokens WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > $2",
+        )
+        .bind(user_id)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        if live >= MAX_LIVE_TOKENS {
+            return Err(StoreError::Conflict(format!(
+                "you have {MAX_LIVE_TOKENS} live tokens, the most one may have: revoke one first"
+            )));
+        }
         sqlx::query(
             "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -266,7 +299,8 @@ impl Store {
     /// The user a personal token belongs to, when it is live and they are enabled.
     pub async fn user_by_api_token(&self, token: &str) -> StoreResult<Option<UserRef>> {
         let row = sqlx::query(
-            "SELECT t.user_id, u.username, u.role FROM api_tokens t JOIN users u ON u.id = t.user_id \
+            "SELECT t.user_id, u.username, u.role, t.id AS token_id, t.expires_at AS token_expires_at \
+             FROM api_tokens t JOIN users u ON u.id = t.user_id \
              WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND t.expires_at > $2 AND u.disabled_at IS NULL",
         )
         .bind(hash_token(token))

@@ -65,9 +65,7 @@ pub async fn check_name_free_in(tx: &mut Tx<'_>, namespace: &str, name: &str) ->
             .fetch_optional(&mut **tx)
             .await?;
     match taken {
-        Some(_) => {
-            Err(StoreError::Conflict(format!("a workspace {name:?} already runs in shared namespace {namespace}")))
-        }
+        Some(_) => Err(StoreError::NameTaken(name.to_string())),
         None => Ok(()),
     }
 }

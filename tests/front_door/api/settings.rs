@@ -55,7 +55,7 @@ async fn a_shared_namespace_is_served_and_binds_names_and_pull_secrets() {
     server.send(Method::POST, "/api/v1/agents", Some(ADMIN), Some(&other)).await;
     let (status, body) = server.send(Method::POST, "/api/v1/agents/s2/workspaces", Some(ADMIN), Some(&create)).await;
     assert_eq!(status, 409, "one name, one Deployment: {body}");
-    assert!(body["error"].as_str().unwrap().contains("already runs in shared namespace workspaces"), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("\"alice\" is taken"), "{body}");
 
     let elsewhere = json!({"image_pull_secrets": [{"name": "regcred", "namespace": "registry"}]}).to_string();
     let path = "/api/v1/agents/s1/image-pull-secrets";

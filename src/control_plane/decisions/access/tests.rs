@@ -1,7 +1,7 @@
 use super::*;
 
 fn user(id: &str, role: Role) -> Caller {
-    Caller::User(UserRef { id: id.into(), username: format!("name-{id}"), role })
+    Caller::User(UserRef { id: id.into(), username: format!("name-{id}"), role, token: None })
 }
 
 fn owned_by(owner_id: Option<&str>) -> Option<&str> {
@@ -24,6 +24,10 @@ fn admins_see_every_workspace() {
         assert!(admin.may_see(owned_by(None)));
         assert_eq!(admin.listing_scope(), None);
     }
+    let token = TokenRef { id: "t".into(), expires_at: 100 };
+    let with_token = UserRef { id: "u".into(), username: "u".into(), role: Role::User, token: Some(token) };
+    assert_eq!(with_token.bounded(500), 100, "what a token makes ends by the token's end");
+    assert_eq!(UserRef { token: None, ..with_token }.bounded(500), 500);
     assert_eq!(Caller::AdminToken.name(), ADMIN_TOKEN_ACTOR);
 }
 
@@ -43,6 +47,12 @@ fn a_username_comes_from_the_claims_in_order_and_is_always_valid() {
     assert_eq!(username_from_claims(Some("--"), None, "248289761001"), "248289761001");
     assert_eq!(username_from_claims(Some("élan"), None, "!!"), "lan");
     assert_eq!(username_from_claims(Some("   "), Some("@"), "ü"), "user");
+    assert_eq!(
+        username_from_claims(Some("Admin-Token"), None, "s"),
+        "admin-token-user",
+        "never the admin token's name"
+    );
+    assert!(!is_username("admin-token") && !is_username("Alice") && is_username("alice"));
     let long = "a".repeat(500);
     assert!(
         is_username(&nth_username(&username_from_claims(Some(&long), None, "s"), 999)),
