@@ -13,6 +13,10 @@ if [ "${1:-}" = --tests ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   # A real TLS-terminating reverse proxy in front of the control plane (--public-url).
   [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-light)
+  # A real OpenID Provider (npm's oidc-provider, pinned by tests/support/oidc_provider's lock)
+  # signs people in; Debian's nodejs runs it. A node that came with its own npm keeps it.
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
@@ -23,3 +27,6 @@ fi
 command -v cargo >/dev/null || { echo "error: cargo (rustup) is required" >&2; exit 1; }
 command -v rustfmt >/dev/null || rustup component add rustfmt
 cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+if [ "${1:-}" = --tests ] && [ ! -d "$(dirname "$0")/../tests/support/oidc_provider/node_modules/oidc-provider" ]; then
+  (cd "$(dirname "$0")/../tests/support/oidc_provider" && npm ci --no-audit --no-fund --loglevel=error)
+fi

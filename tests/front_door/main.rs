@@ -18,6 +18,7 @@ mod http2;
 mod people;
 mod scale_out;
 mod sign_in_limits;
+mod sign_in_oidc;
 mod transport;
 
 pub fn http() -> reqwest::Client {

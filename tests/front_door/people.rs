@@ -162,6 +162,22 @@ async fn a_disabled_or_deleted_user_is_turned_away_at_once_and_their_workspaces_
         page.split("<pre id=\"new-token\">").nth(1).and_then(|r| r.split('<').next()).unwrap().to_string();
     assert_eq!(api(&control_plane, reqwest::Method::GET, "/api/v1/whoami", &script_token).await.1["username"], "alice");
 
+    // The new forms want the session's CSRF token like every other.
+    for (path, body) in
+        [("/tokens", "name=x&days=7".to_string()), ("/workspaces", "agent=a1&name=x&image=busybox".into())]
+    {
+        let forged = http()
+            .post(format!("{}{path}", control_plane.url))
+            .header("origin", &control_plane.url)
+            .header("cookie", &cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("{body}&csrf=guess"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status(), StatusCode::FORBIDDEN, "{path} without the session's CSRF token");
+    }
+
     control_plane.cli(&["users", "disable", "alice"]);
     let home = http().get(format!("{}/", control_plane.url)).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(home.status(), StatusCode::SEE_OTHER, "her session ended at once");

@@ -6,6 +6,8 @@ pub mod agent;
 pub mod browser;
 pub mod control_plane;
 pub mod fault_proxy;
+pub mod forging_provider;
+pub mod identity_provider;
 pub mod kubelet;
 pub mod postgres;
 pub mod reverse_proxy;

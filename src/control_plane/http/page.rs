@@ -260,9 +260,10 @@ async fn sign_out(
     Ok(with_cookie(Redirect::to(&state.link("/sign-in")).into_response(), &cleared))
 }
 
+/// The response with one more cookie set (appended: an answer may set two).
 pub fn with_cookie(mut response: Response, cookie: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+        response.headers_mut().append(header::SET_COOKIE, value);
     }
     response
 }

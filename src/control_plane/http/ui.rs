@@ -76,10 +76,11 @@ pub fn header(nav: &Nav<'_>) -> String {
 pub fn sign_in_page(next: &str, problem: Option<&str>, provider: bool) -> String {
     let problem = problem.map(|p| format!("<p class=\"error\">{}</p>", escape(p))).unwrap_or_default();
     let provider = if provider {
+        // A link, not a form: the page's CSP (`form-action 'self'`) would stop a form whose
+        // answer redirects to the provider's site.
         format!(
-            "<form method=\"get\" action=\"/sign-in/oidc\"><input type=\"hidden\" name=\"next\" value=\"{}\">\
-             <button type=\"submit\" id=\"oidc\">Sign in with your identity provider</button></form><p>Or:</p>",
-            escape(next)
+            "<p><a id=\"oidc\" href=\"/sign-in/oidc?next={}\">Sign in with your identity provider</a></p><p>Or:</p>",
+            url_part(next)
         )
     } else {
         String::new()
