@@ -86,11 +86,16 @@ for _ in $(seq 1 50); do curl -fs "$WSYNC_SERVER/healthz" >/dev/null 2>&1 && bre
 WSYNC_ADMIN_TOKEN=$(sed -n 's/^admin token.*: //p' "$work/control-plane.out")
 export WSYNC_ADMIN_TOKEN
 say "listening on $WSYNC_SERVER; it printed its admin token on first start: $WSYNC_ADMIN_TOKEN"
-say "sign in at $WSYNC_SERVER/sign-in?next=/agents/demo with that token to see the page"
+say "sign in at $WSYNC_SERVER/sign-in with that token to see the page"
 
 step "Registering an agent; the control plane answers with its token, once"
 $wsync agents register demo -o json | sed -n 's/.*"token":"\([^"]*\)".*/\1/p' >"$work/token"
 say "token saved to $work/token"
+
+step "Creating user alice, a developer: her sign-in token is printed once"
+ALICE_TOKEN=$($wsync users create alice -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+say "alice signs in with $ALICE_TOKEN; she reaches her own workspaces only"
+as_alice() { WSYNC_TOKEN=$ALICE_TOKEN "$@"; }
 
 image=busybox:1.36
 if [ "$node" = 1 ]; then
@@ -118,10 +123,10 @@ wait_for() {
   return 1
 }
 
-step "Creating workspace alice"
-$wsync workspaces create alice --image "$image" --cpu 100m --memory 64Mi
+step "alice creates workspace alice, as herself"
+as_alice $wsync workspaces create alice --image "$image" --cpu 100m --memory 64Mi
 wait_for Running
-$wsync workspaces list
+as_alice $wsync workspaces list
 echo
 kubectl -n wsync-system get wss demo
 echo
@@ -129,8 +134,8 @@ kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap,
 echo
 kubectl -n wsync-demo-alice get pods -o wide
 
-step "Stopping alice: the agent scales it to 0 and reports it Stopped"
-$wsync workspaces stop alice >/dev/null
+step "alice stops it: the agent scales it to 0 and reports it Stopped"
+as_alice $wsync workspaces stop alice >/dev/null
 wait_for Stopped
 $wsync workspaces list
 
@@ -142,23 +147,29 @@ kubectl get namespace wsync-demo-alice 2>&1 | sed 's/^/   /' || true
 echo
 kubectl -n wsync-system get wss demo
 
+step "The audit trail: who did what, from where"
+$wsync audit --limit 8
+
 if [ "$keep" = 0 ]; then
   step "Done; stopping everything"
   exit 0
 fi
 
-step "Creating workspace bob, and leaving it all running (--keep)"
-$wsync workspaces create bob --image "$image" --cpu 100m --memory 64Mi >/dev/null
+step "alice creates workspace bob, and it is all left running (--keep)"
+as_alice $wsync workspaces create bob --image "$image" --cpu 100m --memory 64Mi >/dev/null
 wait_for Running bob
 $wsync workspaces list
 write_stop
 finished=1
 cat <<KEPT
 
-   The page:     $WSYNC_SERVER/sign-in?next=/agents/demo
-                 sign in with the admin token $WSYNC_ADMIN_TOKEN
-   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN WSYNC_AGENT_ID=demo
+   The page:     $WSYNC_SERVER/sign-in
+                 alice (a user: her workspaces, her API tokens): $ALICE_TOKEN
+                 the admin (every agent, the users, the audit trail): $WSYNC_ADMIN_TOKEN
+   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
                  $wsync workspaces list; $wsync workspaces stop bob
+                 as the admin: export -n WSYNC_TOKEN; export WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN
+                 $wsync users list; $wsync audit
    The cluster:  eval "\$(hack/local-cluster.sh env)"
                  kubectl -n wsync-system get wss demo; kubectl -n wsync-demo-bob get all
                  PATH="\$PWD/target/debug:\$PATH" kubectl wsync workspaces demo

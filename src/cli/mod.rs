@@ -124,7 +124,11 @@ fn client(server: &ServerArgs) -> Result<(reqwest::Client, Option<String>)> {
     // token before the admin's.
     let token = match (&server.token_file, &server.admin_token_file) {
         (Some(path), _) | (None, Some(path)) => Some(read_token_file(path)?),
-        (None, None) => server.token.clone().or_else(|| server.admin_token.clone()).map(|t| t.trim().to_string()),
+        (None, None) => [&server.token, &server.admin_token]
+            .into_iter()
+            .flatten()
+            .map(|t| t.trim().to_string())
+            .find(|t| !t.is_empty()),
     };
     let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
     if let Some(path) = &server.ca_file {

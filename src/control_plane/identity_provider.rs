@@ -11,14 +11,18 @@ use openidconnect::core::{
 use openidconnect::{
     AdditionalClaims, AuthenticationFlow, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken,
     EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, HttpRequest, HttpResponse, IdTokenFields,
-    IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, StandardErrorResponse,
-    StandardTokenResponse, TokenResponse,
+    IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
+    StandardErrorResponse, StandardTokenResponse, TokenResponse,
 };
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// How long a discovery document (and its keys) is used before it is fetched again.
 const DISCOVERY_FRESH_FOR: Duration = Duration::from_secs(600);
+/// A discovery that failed is not tried again sooner: sign-ins fail fast meanwhile instead
+/// of queueing behind a provider that does not answer. Also the least time between two
+/// discoveries a key rotation forces.
+const RETRY_DISCOVERY_AFTER: Duration = Duration::from_secs(30);
 /// The largest answer read from the provider.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,7 +62,7 @@ type OidcClient = Client<
 >;
 
 /// What `--oidc-*` configure.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProviderConfig {
     pub issuer: String,
     pub client_id: String,
@@ -69,6 +73,17 @@ pub struct ProviderConfig {
     pub scopes: Vec<String>,
     pub groups_claim: String,
     pub admin_group: Option<String>,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("redirect_url", &self.redirect_url)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a sign-in through the provider failed: logged in full, and said on the page.
@@ -101,6 +116,8 @@ pub struct VerifiedUser {
     pub subject: String,
     pub preferred_username: Option<String>,
     pub email: Option<String>,
+    /// Whether the provider vouches for the email: only then may it name the user.
+    pub email_verified: bool,
     pub name: Option<String>,
     pub groups: Vec<String>,
 }
@@ -108,7 +125,14 @@ pub struct VerifiedUser {
 pub struct IdentityProvider {
     pub config: ProviderConfig,
     http: reqwest::Client,
-    discovered: tokio::sync::Mutex<Option<(OidcClient, Instant)>>,
+    discovered: tokio::sync::Mutex<Discovered>,
+}
+
+/// The last discovery, and when the last one failed.
+#[derive(Default)]
+struct Discovered {
+    client: Option<(OidcClient, Instant)>,
+    failed_at: Option<(Instant, String)>,
 }
 
 impl IdentityProvider {
@@ -122,37 +146,69 @@ impl IdentityProvider {
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| ProviderError::Configuration(format!("the HTTP client: {e}")))?;
-        Ok(Self { config, http, discovered: tokio::sync::Mutex::new(None) })
+        Ok(Self { config, http, discovered: tokio::sync::Mutex::new(Discovered::default()) })
     }
 
-    /// The provider's client, from a fresh discovery when the last is stale.
-    async fn client(&self) -> Result<OidcClient, ProviderError> {
+    /// The provider's client: the last discovery while it is fresh (or `force` asks again
+    /// and the last is older than [`RETRY_DISCOVERY_AFTER`]), else a new one. A discovery
+    /// that fails keeps the last good one in use, and is not retried for a while.
+    async fn client(&self, force: bool) -> Result<OidcClient, ProviderError> {
         let mut discovered = self.discovered.lock().await;
-        if let Some((client, at)) = discovered.as_ref()
-            && at.elapsed() < DISCOVERY_FRESH_FOR
-        {
-            return Ok(client.clone());
+        if let Some((client, at)) = &discovered.client {
+            let age = at.elapsed();
+            if age < DISCOVERY_FRESH_FOR && !(force && age >= RETRY_DISCOVERY_AFTER) {
+                return Ok(client.clone());
+            }
         }
+        let unreachable = |reason: String| ProviderError::Unreachable { issuer: self.config.issuer.clone(), reason };
+        if let Some((at, reason)) = &discovered.failed_at
+            && at.elapsed() < RETRY_DISCOVERY_AFTER
+        {
+            return match &discovered.client {
+                Some((client, _)) => Ok(client.clone()),
+                None => Err(unreachable(reason.clone())),
+            };
+        }
+        match self.discover().await {
+            Ok(client) => {
+                *discovered = Discovered { client: Some((client.clone(), Instant::now())), failed_at: None };
+                Ok(client)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "discovering the identity provider failed");
+                discovered.failed_at = Some((Instant::now(), error.to_string()));
+                match &discovered.client {
+                    Some((client, _)) => Ok(client.clone()),
+                    None => Err(error),
+                }
+            }
+        }
+    }
+
+    async fn discover(&self) -> Result<OidcClient, ProviderError> {
         let unreachable = |reason: String| ProviderError::Unreachable { issuer: self.config.issuer.clone(), reason };
         let issuer = IssuerUrl::new(self.config.issuer.clone()).map_err(|e| unreachable(e.to_string()))?;
         let http = ProviderHttp(&self.http);
-        let metadata =
-            CoreProviderMetadata::discover_async(issuer, &http).await.map_err(|e| unreachable(error_chain(&e)))?;
+        let metadata = CoreProviderMetadata::discover_async(issuer, &http).await.map_err(|e| match e {
+            // It answered, with another issuer than --oidc-issuer names: a setting to fix.
+            openidconnect::DiscoveryError::Validation(reason) => {
+                ProviderError::Configuration(format!("the provider's discovery document: {reason}"))
+            }
+            other => unreachable(error_chain(&other)),
+        })?;
         let redirect = RedirectUrl::new(self.config.redirect_url.clone())
             .map_err(|e| ProviderError::Configuration(e.to_string()))?;
-        let client = OidcClient::from_provider_metadata(
+        Ok(OidcClient::from_provider_metadata(
             metadata,
             ClientId::new(self.config.client_id.clone()),
             Some(ClientSecret::new(self.config.client_secret.clone())),
         )
-        .set_redirect_uri(redirect);
-        *discovered = Some((client.clone(), Instant::now()));
-        Ok(client)
+        .set_redirect_uri(redirect))
     }
 
     /// Start a sign-in: a fresh state, nonce and PKCE verifier (S256).
     pub async fn start(&self) -> Result<Started, ProviderError> {
-        let client = self.client().await?;
+        let client = self.client(false).await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let mut request = client.authorize_url(
             AuthenticationFlow::<CoreResponseType>::AuthorizationCode,
@@ -172,9 +228,10 @@ impl IdentityProvider {
     }
 
     /// Finish one: the code exchanged with its verifier, the ID token checked against the
-    /// nonce this sign-in began with.
+    /// nonce this sign-in began with (against keys discovered again, once, when none
+    /// matched: the provider rotated them), the claims the token lacks read from userinfo.
     pub async fn finish(&self, code: &str, pkce_verifier: &str, nonce: &str) -> Result<VerifiedUser, ProviderError> {
-        let client = self.client().await?;
+        let mut client = self.client(false).await?;
         let http = ProviderHttp(&self.http);
         let answer = client
             .exchange_code(AuthorizationCode::new(code.to_string()))
@@ -182,27 +239,80 @@ impl IdentityProvider {
             .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_string()))
             .request_async(&http)
             .await
-            .map_err(|e| ProviderError::CodeRefused(error_chain(&e)))?;
+            .map_err(|e| match e {
+                openidconnect::RequestTokenError::Request(cause) => {
+                    ProviderError::Unreachable { issuer: self.config.issuer.clone(), reason: error_chain(&cause) }
+                }
+                other => ProviderError::CodeRefused(error_chain(&other)),
+            })?;
         let id_token = answer.id_token().ok_or(ProviderError::NoIdToken)?;
-        let verifier = client.id_token_verifier();
+        let nonce = Nonce::new(nonce.to_string());
+        let no_key = matches!(
+            id_token.claims(&client.id_token_verifier(), &nonce),
+            Err(openidconnect::ClaimsVerificationError::SignatureVerification(
+                openidconnect::SignatureVerificationError::NoMatchingKey
+            ))
+        );
+        if no_key {
+            client = self.client(true).await?;
+        }
         let claims = id_token
-            .claims(&verifier, &Nonce::new(nonce.to_string()))
-            .map_err(|e| ProviderError::IdTokenRefused(e.to_string()))?;
-        let groups = match claims.additional_claims().0.get(&self.config.groups_claim) {
-            Some(serde_json::Value::Array(values)) => {
-                values.iter().filter_map(|v| v.as_str()).map(String::from).collect()
-            }
-            Some(serde_json::Value::String(one)) => vec![one.clone()],
-            _ => Vec::new(),
-        };
-        Ok(VerifiedUser {
+            .claims(&client.id_token_verifier(), &nonce)
+            .map_err(|e| ProviderError::IdTokenRefused(error_chain(&e)))?;
+        let mut user = VerifiedUser {
             issuer: claims.issuer().to_string(),
             subject: claims.subject().to_string(),
             preferred_username: claims.preferred_username().map(|u| u.to_string()),
             email: claims.email().map(|e| e.to_string()),
+            email_verified: claims.email_verified().unwrap_or(false),
             name: claims.name().and_then(|n| n.get(None)).map(|n| n.to_string()),
-            groups,
-        })
+            groups: groups(&claims.additional_claims().0, &self.config.groups_claim),
+        };
+        // A conformant provider releases the scopes' claims at userinfo, not in the ID token.
+        if user.email.is_none() || user.groups.is_empty() || user.preferred_username.is_none() {
+            self.add_userinfo(&client, answer.access_token().clone(), &mut user).await;
+        }
+        Ok(user)
+    }
+
+    /// The claims userinfo adds (for the same subject); a userinfo that fails leaves the
+    /// ID token's alone, logged.
+    async fn add_userinfo(
+        &self,
+        client: &OidcClient,
+        access_token: openidconnect::AccessToken,
+        user: &mut VerifiedUser,
+    ) {
+        let http = ProviderHttp(&self.http);
+        let subject = openidconnect::SubjectIdentifier::new(user.subject.clone());
+        let Ok(request) = client.user_info(access_token, Some(subject)) else { return };
+        let info: openidconnect::UserInfoClaims<ExtraClaims, CoreGenderClaim> = match request.request_async(&http).await
+        {
+            Ok(info) => info,
+            Err(error) => {
+                tracing::warn!(error = %error_chain(&error), "the identity provider's userinfo failed; the ID token's claims alone");
+                return;
+            }
+        };
+        if user.email.is_none() {
+            user.email = info.email().map(|e| e.to_string());
+            user.email_verified = info.email_verified().unwrap_or(false);
+        }
+        user.preferred_username =
+            user.preferred_username.take().or_else(|| info.preferred_username().map(|u| u.to_string()));
+        user.name = user.name.take().or_else(|| info.name().and_then(|n| n.get(None)).map(|n| n.to_string()));
+        if user.groups.is_empty() {
+            user.groups = groups(&info.additional_claims().0, &self.config.groups_claim);
+        }
+    }
+}
+
+/// The groups claim's values: a list of strings, or one string.
+fn groups(claims: &BTreeMap<String, serde_json::Value>, name: &str) -> Vec<String> {
+    match claims.get(name) {
+        Some(serde_json::Value::Array(values)) => values.iter().filter_map(|v| v.as_str()).map(String::from).collect(),
+        Some(serde_json::Value::String(one)) => vec![one.clone()],
+        _ => Vec::new(),
     }
 }
 

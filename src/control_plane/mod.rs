@@ -158,9 +158,9 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_OIDC_CLIENT_SECRET_FILE")]
     pub oidc_client_secret_file: Option<PathBuf>,
 
-    /// Scopes to ask for besides `openid`; repeatable (add the one that releases the groups
-    /// claim, if the provider has one).
-    #[arg(long = "oidc-scope", env = "WSYNC_OIDC_SCOPES", value_delimiter = ',', default_values = ["email", "profile"])]
+    /// Scopes to ask for besides `openid`, `email` and `profile`; repeatable (the one that
+    /// releases the groups claim, if the provider has one).
+    #[arg(long = "oidc-scope", env = "WSYNC_OIDC_SCOPES", value_delimiter = ',')]
     pub oidc_scopes: Vec<String>,
 
     /// The ID token's claim that lists the user's groups.
@@ -297,12 +297,32 @@ fn identity_provider(args: &ControlPlaneArgs, own_origin: &str) -> Result<Option
     };
     let client_secret = crate::runtime::read_token_file(secret_file)
         .map_err(|e| Error::IdentityProvider(format!("--oidc-client-secret-file: {e}")))?;
+    // The provider sends browsers back to one URL; without --public-url that is the listen
+    // address, which must be one a browser can open.
+    if args.public_url.is_none() && !(args.listen.ip().is_loopback()) {
+        return Err(Error::IdentityProvider(
+            "--oidc-issuer needs --public-url (the URL browsers open) when not listening on loopback".into(),
+        ));
+    }
+    let issuer_url = url::Url::parse(issuer).map_err(|e| Error::IdentityProvider(format!("--oidc-issuer: {e}")))?;
+    let loopback = matches!(issuer_url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+    if issuer_url.scheme() != "https" && !loopback {
+        return Err(Error::IdentityProvider(format!(
+            "--oidc-issuer {issuer}: the client secret and codes would cross the network in clear; use https"
+        )));
+    }
+    let mut scopes = vec!["email".to_string(), "profile".to_string()];
+    for scope in &args.oidc_scopes {
+        if scope != "openid" && !scopes.contains(scope) {
+            scopes.push(scope.clone());
+        }
+    }
     let config = identity_provider::ProviderConfig {
         issuer: issuer.clone(),
         client_id: client_id.clone(),
         client_secret,
-        redirect_url: format!("{own_origin}/sign-in/oidc/callback"),
-        scopes: args.oidc_scopes.iter().filter(|s| *s != "openid").cloned().collect(),
+        redirect_url: format!("{own_origin}{}", http::sign_in_oidc::CALLBACK_PATH),
+        scopes,
         groups_claim: args.oidc_groups_claim.clone(),
         admin_group: args.oidc_admin_group.clone(),
     };

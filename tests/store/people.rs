@@ -40,6 +40,19 @@ pub async fn people_on_both_databases(store: &Store) {
     assert_eq!((again.id.as_str(), again.role), (first.id.as_str(), Role::Admin), "the same user, the role renewed");
     assert!(store.create_local_user("pat", Role::User, 30).await.is_err(), "a username is unique");
 
+    // A provider's admin is an admin while their last sign-in through it is recent; past a
+    // day, their tokens and sessions act as a user's until they sign in again.
+    let (_, admin_secret) = store.create_api_token(&again.reference(), "ops", 30).await.unwrap();
+    let role_now = store.user_by_api_token(&admin_secret).await.unwrap().map(|u| u.role);
+    assert_eq!(role_now, Some(Role::Admin));
+    let start = store.now();
+    let later = store.clone().with_clock(wsync::control_plane::model::Clock::from_fn(move || start + 25 * 3_600_000));
+    let role_later = later.user_by_api_token(&admin_secret).await.unwrap().map(|u| u.role);
+    assert_eq!(role_later, Some(Role::User), "the provider's word on the admin role has gone stale");
+    let (cookie, _) = later.open_session(60_000, Some(&again.reference())).await.unwrap();
+    let session_role = later.session(&cookie).await.unwrap().and_then(|s| s.caller.user().map(|u| u.role));
+    assert_eq!(session_role, Some(Role::User));
+
     // Tokens and sessions stop with their user.
     let (_, secret) = store.create_api_token(&pat.reference(), "ci", 1).await.unwrap();
     assert_eq!(store.user_by_api_token(&secret).await.unwrap().map(|u| u.username), Some("pat".into()));

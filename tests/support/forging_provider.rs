@@ -27,6 +27,10 @@ pub enum Flaw {
     Nonce,
     /// `alg: none`.
     Unsigned,
+    /// The callback names another issuer (RFC 9207's `iss`): a mix-up.
+    IssParameter,
+    /// The provider answers an error, with markup in its description.
+    ProviderError,
 }
 
 struct Shared {
@@ -109,7 +113,12 @@ async fn authorize(
     *shared.nonce.lock().unwrap_or_else(|e| e.into_inner()) = query.get("nonce").cloned().unwrap_or_default();
     let redirect = query.get("redirect_uri").cloned().unwrap_or_default();
     let state = query.get("state").cloned().unwrap_or_default();
-    Redirect::to(&format!("{redirect}?code=the-code&state={state}"))
+    let extra = match *shared.flaw.lock().unwrap_or_else(|e| e.into_inner()) {
+        Flaw::IssParameter => "&iss=http%3A%2F%2Fevil.example",
+        Flaw::ProviderError => "&error=access_denied&error_description=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        _ => "",
+    };
+    Redirect::to(&format!("{redirect}?code=the-code&state={state}{extra}"))
 }
 
 async fn token(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -7,7 +7,7 @@ use super::callers::{Admin, Asking, Target, visible_workspace};
 use super::state::{ApiError, ApiResult, AppState, PageQuery, bad_request, exists, parse};
 use super::validation::{is_dns_label, is_env_name, is_owner_name, url_part};
 use crate::control_plane::decisions::access::Caller;
-use crate::control_plane::model::NewWorkspace;
+use crate::control_plane::model::{LOCAL_ISSUER, NewWorkspace};
 use crate::control_plane::store::MAX_PAGE;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -98,8 +98,9 @@ pub async fn admit_new_workspace(state: &AppState, caller: &Caller, new: &mut Ne
             new.owner_id = Some(user.id.clone());
         }
         _ => {
+            // By name, only a user an admin created: a provider's user picked their own name.
             let owner = match &new.owner {
-                Some(name) => state.store.user_by_name(name).await?,
+                Some(name) => state.store.user_by_name(name).await?.filter(|u| u.issuer == LOCAL_ISSUER),
                 None => None,
             };
             new.owner_id = owner.map(|user| user.id);

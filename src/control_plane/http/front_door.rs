@@ -180,17 +180,21 @@ pub fn session_cookie(value: &str, max_age_seconds: i64, secure: bool) -> String
 /// The cookie that names a sign-in in flight at the identity provider. `SameSite=Lax`, the
 /// one cookie that is: the browser comes back from the provider's site by a top-level GET,
 /// which carries Lax cookies and never Strict ones. It grants nothing: it only ties the
-/// callback to the browser that started the sign-in. Its path is the sign-in's alone.
+/// callback to the browser that started the sign-in. Over TLS it is a `__Host-` cookie (no
+/// sibling host can plant one; that prefix wants `Path=/`); else its path is the sign-in's.
 pub fn pending_sign_in_cookie(value: &str, max_age_seconds: i64, secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
+    let attributes = if secure { "Path=/; Secure" } else { "Path=/sign-in/oidc" };
     format!(
-        "{PENDING_SIGN_IN_COOKIE}={value}; Path=/sign-in/oidc; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+        "{}={value}; {attributes}; HttpOnly; SameSite=Lax; Max-Age={}",
+        pending_sign_in_cookie_name(secure),
         max_age_seconds.max(0)
     )
 }
 
-/// The pending sign-in cookie's name.
-pub const PENDING_SIGN_IN_COOKIE: &str = "wsync_sign_in";
+/// The pending sign-in cookie's name: `__Host-` prefixed over TLS.
+pub fn pending_sign_in_cookie_name(secure: bool) -> &'static str {
+    if secure { "__Host-wsync_sign_in" } else { "wsync_sign_in" }
+}
 
 /// Where to go after signing in: a path on this server, or `/`. Never `//elsewhere`.
 pub fn local_path(next: &str) -> &str {

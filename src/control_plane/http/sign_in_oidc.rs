@@ -4,13 +4,15 @@
 //! exchanged and the ID token verified, and opens a session for the user it names.
 
 use super::callers::Target;
-use super::front_door::{PENDING_SIGN_IN_COOKIE, cookie_value, local_path, pending_sign_in_cookie, session_cookie};
+use super::front_door::{
+    cookie_value, local_path, pending_sign_in_cookie, pending_sign_in_cookie_name, session_cookie,
+};
 use super::page::{PageResult, with_cookie};
 use super::state::{AppState, PAGE, front_door};
 use super::ui;
 use crate::control_plane::decisions::access::{Role, username_from_claims};
 use crate::control_plane::identity_provider::{IdentityProvider, ProviderError};
-use crate::control_plane::store::pending_sign_ins::PendingSignIn;
+use crate::control_plane::store::pending_sign_ins::{PendingSignIn, Taken};
 use crate::control_plane::store::people::ProviderClaims;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -43,16 +45,30 @@ fn refused(status: StatusCode, next: &str, problem: &str) -> Response {
 
 fn no_provider() -> Response {
     let said = "This control plane signs in with tokens only: no identity provider is set.";
-    refused(StatusCode::NOT_FOUND, "/", said)
+    (StatusCode::NOT_FOUND, Html(ui::sign_in_page("/", Some(said), false))).into_response()
 }
+
+const START_AGAIN: &str =
+    "This sign-in was not started in this browser, was used already, or took longer than 10 minutes. Sign in again.";
 
 async fn start(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     extensions: Extensions,
     Query(query): Query<StartQuery>,
 ) -> PageResult {
     let Some(provider) = state.identity_provider.as_deref() else { return Ok(no_provider()) };
     let next = local_path(&query.next);
+    // The sign-in's cookie must come back to the host the provider returns to: a browser on
+    // another of this control plane's names starts again there.
+    let own = provider.config.redirect_url.as_str();
+    let own_origin = own.strip_suffix(CALLBACK_PATH).unwrap_or(own);
+    let own_host = own_origin.split("://").nth(1).unwrap_or_default();
+    let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    if !host.eq_ignore_ascii_case(own_host) {
+        let again = format!("{own_origin}/sign-in/oidc?next={}", super::validation::url_part(next));
+        return Ok(Redirect::to(&again).into_response());
+    }
     // Each start writes a row: counted as a sign-in attempt.
     let client = state.client(&extensions);
     if let Err(too_many) = state.sign_in_limits.admit(client) {
@@ -80,6 +96,9 @@ async fn start(
     Ok(with_cookie(Redirect::to(&started.authorize_url).into_response(), &cookie))
 }
 
+/// Where the provider sends the browser back.
+pub const CALLBACK_PATH: &str = "/sign-in/oidc/callback";
+
 /// What the provider sends the browser back with.
 #[derive(serde::Deserialize, Default)]
 struct CallbackQuery {
@@ -99,17 +118,33 @@ async fn callback(
 ) -> PageResult {
     let Some(provider) = state.identity_provider.as_deref() else { return Ok(no_provider()) };
     let client = state.client(&extensions);
-    let cleared = pending_sign_in_cookie("", 0, state.door.secure());
-    let answer = match finish(&state, provider, &headers, client, query).await {
-        Ok(answer) => answer,
+    let secure = state.door.secure();
+    let cleared = pending_sign_in_cookie("", 0, secure);
+    // A callback that finds no sign-in of this browser's is refused, and only that: any page
+    // can make a browser load it, so it neither counts against the address nor is audited.
+    let Some(cookie) = cookie_value(&headers, pending_sign_in_cookie_name(secure)) else {
+        tracing::debug!(%client, "a sign-in callback without a sign-in cookie");
+        return Ok(with_cookie(refused(StatusCode::BAD_REQUEST, "/", START_AGAIN), &cleared));
+    };
+    let outcome = match state.store.take_sign_in(cookie, query.state.as_deref().unwrap_or_default()).await? {
+        Taken::Missing => {
+            tracing::debug!(%client, "a sign-in callback for no sign-in in flight");
+            return Ok(with_cookie(refused(StatusCode::BAD_REQUEST, "/", START_AGAIN), &cleared));
+        }
+        Taken::OtherState => {
+            Err(Refused::new(StatusCode::BAD_REQUEST, "/", START_AGAIN, "the state is not the sign-in's"))
+        }
+        Taken::Pending(pending) => finish(&state, provider, client, pending, query).await,
+    };
+    match outcome {
+        Ok(answer) => Ok(with_cookie(answer, &cleared)),
         Err(Refused { status, next, said, why }) => {
             state.sign_in_limits.failed(client);
             tracing::info!(%client, why, "a sign-in through the identity provider was refused");
             state.audit_refused("", client, "sign-in", &format!("identity provider: {why}")).await;
-            refused(status, &next, &said)
+            Ok(with_cookie(refused(status, &next, &said), &cleared))
         }
-    };
-    Ok(with_cookie(answer, &cleared))
+    }
 }
 
 /// A refused callback: what the page says, and what the log and the audit trail keep.
@@ -126,33 +161,20 @@ impl Refused {
     }
 }
 
+/// The rest of a callback whose sign-in was taken: the provider's answer, the code, the ID
+/// token, the user, the session.
 async fn finish(
     state: &AppState,
     provider: &IdentityProvider,
-    headers: &HeaderMap,
     client: IpAddr,
+    pending: PendingSignIn,
     query: CallbackQuery,
 ) -> Result<Response, Refused> {
-    let start_again = "This sign-in was not started in this browser, was used already, or took longer than 10 minutes. Sign in again.";
     let store_failed = |e: crate::control_plane::store::StoreError| {
-        Refused::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "/",
-            "The control plane could not keep the sign-in; try again.",
-            e.to_string(),
-        )
+        let said = "The control plane could not keep the sign-in; try again.";
+        Refused::new(StatusCode::SERVICE_UNAVAILABLE, "/", said, e.to_string())
     };
-    let cookie = cookie_value(headers, PENDING_SIGN_IN_COOKIE)
-        .ok_or_else(|| Refused::new(StatusCode::BAD_REQUEST, "/", start_again, "no sign-in cookie"))?;
-    let pending =
-        state.store.take_sign_in(cookie).await.map_err(store_failed)?.ok_or_else(|| {
-            Refused::new(StatusCode::BAD_REQUEST, "/", start_again, "no pending sign-in for the cookie")
-        })?;
     let next = pending.next_path.as_str();
-    let given_state = query.state.as_deref().unwrap_or_default();
-    if !crate::control_plane::store::same_secret(&pending.state, given_state) {
-        return Err(Refused::new(StatusCode::BAD_REQUEST, next, start_again, "the state does not match the sign-in's"));
-    }
     if query.iss.as_deref().is_some_and(|iss| iss != provider.config.issuer) {
         let said = "The answer came from another identity provider than this control plane's.";
         return Err(Refused::new(StatusCode::BAD_REQUEST, next, said, format!("iss {:?}", query.iss)));
@@ -160,17 +182,12 @@ async fn finish(
     if let Some(error) = query.error {
         let described = query.error_description.unwrap_or_default();
         let said = format!("The identity provider did not sign you in: {error} {described}");
-        return Err(Refused::new(
-            StatusCode::UNAUTHORIZED,
-            next,
-            &said,
-            format!("provider error {error}: {described}"),
-        ));
+        let why = format!("provider error {error}: {described}");
+        return Err(Refused::new(StatusCode::UNAUTHORIZED, next, &said, why));
     }
-    let code = query
-        .code
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| Refused::new(StatusCode::BAD_REQUEST, next, start_again, "no code in the callback"))?;
+    let code = query.code.filter(|c| !c.is_empty()).ok_or_else(|| {
+        Refused::new(StatusCode::BAD_REQUEST, next, "The sign-in came back without a code.", "no code in the callback")
+    })?;
     let verified = provider.finish(&code, &pending.pkce_verifier, &pending.nonce).await.map_err(|error| {
         let status = match error {
             ProviderError::Unreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -179,8 +196,9 @@ async fn finish(
         Refused::new(status, next, &format!("Not signed in: {error}."), error.to_string())
     })?;
     let role = Role::from_groups(&verified.groups, provider.config.admin_group.as_deref());
-    let username =
-        username_from_claims(verified.preferred_username.as_deref(), verified.email.as_deref(), &verified.subject);
+    // An email names the user only when the provider vouches for it.
+    let email = verified.email.as_deref().filter(|_| verified.email_verified);
+    let username = username_from_claims(verified.preferred_username.as_deref(), email, &verified.subject);
     let claims = ProviderClaims {
         issuer: &verified.issuer,
         subject: &verified.subject,

@@ -3,7 +3,7 @@
 
 use super::error::{StoreError, StoreResult};
 use super::{Backend, Store, hash_token, new_token};
-use crate::control_plane::decisions::access::{Caller, UserRef};
+use crate::control_plane::decisions::access::{Caller, PROVIDER_ROLE_FRESH_MS, UserRef, role_column};
 use crate::control_plane::model::{Agent, Session};
 use sqlx::Row;
 
@@ -141,19 +141,24 @@ impl Store {
         Ok((cookie, Session { csrf_token, expires_at, caller }))
     }
 
-    /// The live session a cookie names, if any: a disabled or deleted user's is none, at once.
+    /// The live session a cookie names, if any: a disabled or deleted user's is none, at once,
+    /// and so is one opened with a personal token that is revoked or expired.
     pub async fn session(&self, cookie: &str) -> StoreResult<Option<Session>> {
-        let row = sqlx::query(
-            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, u.role, t.id AS token_id, \
+        let now = self.clock.now();
+        let sql = format!(
+            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, {}, t.id AS token_id, \
              t.expires_at AS token_expires_at FROM admin_sessions s \
              LEFT JOIN users u ON u.id = s.user_id AND u.disabled_at IS NULL \
              LEFT JOIN api_tokens t ON t.id = s.api_token_id AND t.revoked_at IS NULL AND t.expires_at > $2 \
              WHERE s.session_hash = $1 AND s.expires_at > $2 AND (s.api_token_id IS NULL OR t.id IS NOT NULL)",
-        )
-        .bind(hash_token(cookie))
-        .bind(self.clock.now())
-        .fetch_optional(&self.pool)
-        .await?;
+            role_column(3)
+        );
+        let row = sqlx::query(&sql)
+            .bind(hash_token(cookie))
+            .bind(now)
+            .bind(now.saturating_sub(PROVIDER_ROLE_FRESH_MS))
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let caller = match row.try_get::<Option<String>, _>("user_id")? {
             None => Caller::AdminToken,

@@ -37,9 +37,10 @@ impl Store {
         Ok(cookie)
     }
 
-    /// Take the sign-in a cookie names, once: it is deleted as it is read, and only the
-    /// caller whose DELETE removed it gets it.
-    pub async fn take_sign_in(&self, cookie: &str) -> StoreResult<Option<PendingSignIn>> {
+    /// Take the sign-in a cookie names, once, when `state` is its own: it is deleted as it is
+    /// read, and only the caller whose DELETE removed it gets it. Another state leaves it (a
+    /// second tab's sign-in that replaced the cookie still finishes).
+    pub async fn take_sign_in(&self, cookie: &str, state: &str) -> StoreResult<Taken> {
         let hash = hash_token(cookie);
         let row = sqlx::query(
             "SELECT state, nonce, pkce_verifier, next_path FROM oidc_sign_ins WHERE cookie_hash = $1 AND expires_at > $2",
@@ -48,20 +49,34 @@ impl Store {
         .bind(self.clock.now())
         .fetch_optional(&self.pool)
         .await?;
-        let Some(row) = row else { return Ok(None) };
+        let Some(row) = row else { return Ok(Taken::Missing) };
+        let kept: String = row.try_get("state")?;
+        if !super::same_secret(&hash_token(&kept), &hash_token(state)) {
+            return Ok(Taken::OtherState);
+        }
         let deleted = sqlx::query("DELETE FROM oidc_sign_ins WHERE cookie_hash = $1")
             .bind(&hash)
             .execute(&self.pool)
             .await?
             .rows_affected();
         if deleted != 1 {
-            return Ok(None);
+            return Ok(Taken::Missing);
         }
-        Ok(Some(PendingSignIn {
+        Ok(Taken::Pending(PendingSignIn {
             state: row.try_get("state")?,
             nonce: row.try_get("nonce")?,
             pkce_verifier: row.try_get("pkce_verifier")?,
             next_path: row.try_get("next_path")?,
         }))
     }
+}
+
+/// What a callback's cookie and state find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// No sign-in in flight under that cookie: never started here, taken already, or expired.
+    Missing,
+    /// One is, with another state: forged, or another tab's.
+    OtherState,
+    Pending(PendingSignIn),
 }

@@ -4,7 +4,9 @@
 
 use super::error::{StoreError, StoreResult};
 use super::{Store, hash_token, new_token};
-use crate::control_plane::decisions::access::{MAX_LIVE_TOKENS, Role, TokenRef, UserRef, nth_username};
+use crate::control_plane::decisions::access::{
+    MAX_LIVE_TOKENS, PROVIDER_ROLE_FRESH_MS, Role, TokenRef, UserRef, nth_username, role_column,
+};
 use crate::control_plane::model::{ApiToken, LOCAL_ISSUER, User};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -298,15 +300,19 @@ impl Store {
 
     /// The user a personal token belongs to, when it is live and they are enabled.
     pub async fn user_by_api_token(&self, token: &str) -> StoreResult<Option<UserRef>> {
-        let row = sqlx::query(
-            "SELECT t.user_id, u.username, u.role, t.id AS token_id, t.expires_at AS token_expires_at \
+        let now = self.clock.now();
+        let sql = format!(
+            "SELECT t.user_id, u.username, {}, t.id AS token_id, t.expires_at AS token_expires_at \
              FROM api_tokens t JOIN users u ON u.id = t.user_id \
              WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND t.expires_at > $2 AND u.disabled_at IS NULL",
-        )
-        .bind(hash_token(token))
-        .bind(self.clock.now())
-        .fetch_optional(&self.pool)
-        .await?;
+            role_column(3)
+        );
+        let row = sqlx::query(&sql)
+            .bind(hash_token(token))
+            .bind(now)
+            .bind(now.saturating_sub(PROVIDER_ROLE_FRESH_MS))
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let id: String = row.try_get("user_id")?;
         user_ref(&row, id)

@@ -66,9 +66,11 @@ const provider = new Provider(issuer, {
     profile: ['name', 'preferred_username'],
     groups: ['groups'],
   },
-  // Put the scope-granted claims in the ID token itself, not only in userinfo:
-  // the relying party reads `groups` and the profile from the ID token.
-  conformIdTokenClaims: false,
+  // As the spec has it (the library's default): with the code flow, the scopes' claims
+  // (email, profile, groups) come from userinfo, not in the ID token, so the relying party
+  // is tested reading them where a conformant provider puts them. OIDC_CLAIMS_IN_ID_TOKEN=1
+  // puts them in the ID token too, as many providers do.
+  conformIdTokenClaims: process.env.OIDC_CLAIMS_IN_ID_TOKEN !== '1',
 
   async findAccount(ctx, sub) {
     if (!Object.hasOwn(accounts, sub)) {
