@@ -45,6 +45,18 @@ pub fn desired(control_plane: &ControlPlaneProcess) -> String {
     workspace["desired_state"].as_str().unwrap_or_default().to_string()
 }
 
+/// The page's sign-in form posted with `token`, from the page's own origin, back to `/`.
+pub async fn post_sign_in(control_plane: &ControlPlaneProcess, token: &str) -> reqwest::Response {
+    http()
+        .post(format!("{}/sign-in", control_plane.url))
+        .header("origin", &control_plane.url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}&next=%2F"))
+        .send()
+        .await
+        .expect("a sign-in")
+}
+
 /// Sign in as the page's form does; the session cookie (`name=value`) and its CSRF token.
 async fn sign_in(control_plane: &ControlPlaneProcess) -> (String, String) {
     let answer = http()

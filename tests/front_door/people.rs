@@ -315,14 +315,7 @@ async fn the_per_user_quota_counts_by_the_user() {
 
 /// Sign in on the page with a token; the session cookie and its CSRF token.
 pub async fn sign_in_as(control_plane: &ControlPlaneProcess, token: &str) -> (String, String) {
-    let answer = http()
-        .post(format!("{}/sign-in", control_plane.url))
-        .header("origin", &control_plane.url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}&next=%2F"))
-        .send()
-        .await
-        .unwrap();
+    let answer = super::post_sign_in(control_plane, token).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     let cookie = answer.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let home = http().get(format!("{}/", control_plane.url)).header("cookie", &cookie).send().await.unwrap();
@@ -332,13 +325,5 @@ pub async fn sign_in_as(control_plane: &ControlPlaneProcess, token: &str) -> (St
 }
 
 async fn sign_in_status(control_plane: &ControlPlaneProcess, token: &str) -> StatusCode {
-    http()
-        .post(format!("{}/sign-in", control_plane.url))
-        .header("origin", &control_plane.url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap()
-        .status()
+    super::post_sign_in(control_plane, token).await.status()
 }

@@ -7,14 +7,7 @@ use super::{http, sqlite};
 use reqwest::StatusCode;
 
 async fn attempt(control_plane: &ControlPlaneProcess, token: &str) -> reqwest::Response {
-    http()
-        .post(format!("{}/sign-in", control_plane.url))
-        .header("origin", &control_plane.url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}&next=%2F"))
-        .send()
-        .await
-        .expect("a sign-in")
+    super::post_sign_in(control_plane, token).await
 }
 
 fn retry_after(answer: &reqwest::Response) -> u64 {

@@ -54,6 +54,15 @@ pub fn control_plane_and_provider(dir: &tempfile::TempDir) -> (ControlPlaneProce
     (control_plane, provider)
 }
 
+/// A control plane whose people sign in through `issuer`, as client `wsync`.
+fn signing_in_through(issuer: &str, dir: &tempfile::TempDir) -> ControlPlaneProcess {
+    let secret_file = dir.path().join("secret");
+    std::fs::write(&secret_file, "s3cret").unwrap();
+    let secret = secret_file.to_str().unwrap();
+    let flags = ["--oidc-issuer", issuer, "--oidc-client-id", "wsync", "--oidc-client-secret-file", secret];
+    ControlPlaneProcess::start(&sqlite(dir), dir.path().join("cp.log"), &flags)
+}
+
 /// Sign in through the provider's own login page, from the control plane's sign-in page.
 pub fn sign_in_through_provider(browser: &mut Browser, control_plane: &ControlPlaneProcess, login: &str) {
     browser.goto(&format!("{}/", control_plane.url));
@@ -207,14 +216,7 @@ async fn a_replayed_callback_a_wrong_state_and_a_provider_that_is_down_are_refus
             http().get(format!("{}/sign-in/oidc/callback?code=x&state=y", control_plane.url)).send().await.unwrap();
         assert_eq!(junk.status(), StatusCode::BAD_REQUEST);
     }
-    let token_sign_in = http()
-        .post(format!("{}/sign-in", control_plane.url))
-        .header("origin", &control_plane.url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={}", control_plane.admin_token))
-        .send()
-        .await
-        .unwrap();
+    let token_sign_in = super::post_sign_in(&control_plane, &control_plane.admin_token).await;
     assert_eq!(token_sign_in.status(), StatusCode::SEE_OTHER, "the address is not locked out by junk callbacks");
 
     // The provider goes down: a signed-in session keeps working, and a control plane that
@@ -223,20 +225,7 @@ async fn a_replayed_callback_a_wrong_state_and_a_provider_that_is_down_are_refus
     alice.goto(&format!("{}/", control_plane.url));
     assert!(alice.text().contains("My workspaces"), "alice's session keeps working: {}", alice.text());
     let other = tempfile::tempdir().unwrap();
-    let secret_file = other.path().join("secret");
-    std::fs::write(&secret_file, "s3cret").unwrap();
-    let down = ControlPlaneProcess::start(
-        &sqlite(&other),
-        other.path().join("cp.log"),
-        &[
-            "--oidc-issuer",
-            &provider.issuer,
-            "--oidc-client-id",
-            "wsync",
-            "--oidc-client-secret-file",
-            secret_file.to_str().unwrap(),
-        ],
-    );
+    let down = signing_in_through(&provider.issuer, &other);
     let mut late = Browser::launch();
     late.goto(&format!("{}/sign-in", down.url));
     late.act("document.querySelector('#oidc').click()");
@@ -264,20 +253,7 @@ async fn a_forged_expired_or_misdirected_id_token_is_refused_with_its_reason() {
     wsync::runtime::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let forger = ForgingProvider::start("wsync").await;
-    let secret_file = dir.path().join("secret");
-    std::fs::write(&secret_file, "s3cret").unwrap();
-    let control_plane = ControlPlaneProcess::start(
-        &sqlite(&dir),
-        dir.path().join("cp.log"),
-        &[
-            "--oidc-issuer",
-            &forger.issuer,
-            "--oidc-client-id",
-            "wsync",
-            "--oidc-client-secret-file",
-            secret_file.to_str().unwrap(),
-        ],
-    );
+    let control_plane = signing_in_through(&forger.issuer, &dir);
     let cases = [
         (Flaw::Signature, "Signature verification failed: Crypto error"),
         (Flaw::Issuer, "Invalid issuer"),
