@@ -3,7 +3,7 @@
 //! talks to. The map of the code is in docs/ARCHITECTURE.md.
 //!
 //! The two halves meet only over HTTP: `agent` and `control_plane` never import each other;
-//! both build on `protocol`, `crd`, `names`, `yaml`, `runtime`, `terminal` and `allocator`. `kubectl_plugin` (the
+//! both build on `protocol`, `tunnel`, `crd`, `names`, `yaml`, `runtime`, `terminal` and `allocator`. `kubectl_plugin` (the
 //! `kubectl-wsync` binary) reads the cluster and imports neither.
 
 pub mod agent;
@@ -16,4 +16,5 @@ pub mod names;
 pub mod protocol;
 pub mod runtime;
 pub mod terminal;
+pub mod tunnel;
 pub mod yaml;

@@ -4,6 +4,7 @@
 //! namespace mode.
 
 pub mod defaults;
+pub mod dial;
 pub mod drift;
 pub mod field_policy;
 pub mod kinds;
