@@ -3,17 +3,19 @@
 # SQLite, the wsync agent, and a sample workspace taken through its life. It leaves nothing
 # running when it exits, unless given --keep: then the cluster, the control plane, the agent
 # and a running workspace stay, to explore, and it prints how to stop them.
-# With --node (root, cgroup v1) or a node already up (hack/local-node.sh), the workspace's Pod
-# really runs, in containerd; otherwise a kubelet stand-in marks it Ready.
+# Wherever this machine can run a node (hack/local-node.sh allowed: root, cgroup v1), the
+# workspace's Pod really runs, on a real kubelet and containerd; --no-node (or a machine that
+# cannot) uses a kubelet stand-in that marks Pods Ready, and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-keep=0 node=0
+keep=0 node=auto
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
     --node) node=1 ;;
-    *) echo "usage: hack/demo.sh [--keep] [--node]" >&2; exit 2 ;;
+    --no-node) node=0 ;;
+    *) echo "usage: hack/demo.sh [--keep] [--no-node]" >&2; exit 2 ;;
   esac
 done
 
@@ -28,6 +30,12 @@ if ! hack/local-cluster.sh status; then
   started_cluster=1
 fi
 eval "$(hack/local-cluster.sh env)"
+if [ "$node" = auto ]; then
+  if why=$(hack/local-node.sh allowed 2>&1); then node=1; else
+    node=0
+    say "no real node here (${why:-this machine cannot run one}): a kubelet stand-in will mark Pods Ready"
+  fi
+fi
 started_node=0
 if [ "$node" = 1 ] && ! hack/local-node.sh status; then
   step "Starting a local node: kubelet and containerd (kubelet built the first time: ~4 min)"
@@ -143,7 +151,8 @@ step "Terminating alice: the agent deletes its namespace and reports Terminating
 $wsync workspaces terminate alice >/dev/null
 wait_for Terminated
 $wsync workspaces list
-kubectl get namespace wsync-demo-alice 2>&1 | sed 's/^/   /' || true
+if kubectl get namespace wsync-demo-alice >/dev/null 2>&1; then say "namespace wsync-demo-alice: still there"; else
+  say "namespace wsync-demo-alice: gone"; fi
 echo
 kubectl -n wsync-system get wss demo
 
