@@ -1,7 +1,8 @@
-//! The tunnel's words both halves share (#39): what the control plane asks the agent to open
-//! (a stream to one port of one workspace), read strictly, and why the agent refuses one. The
-//! transport (HTTP/2 through hyper, the agent dialling out) carries these; nothing here does
-//! I/O.
+//! The tunnel both halves share (#39): what the control plane asks the agent to open (a
+//! stream to one port of one workspace), read strictly, and why the agent refuses one; and
+//! the transport that carries them ([`transport`], HTTP/2 through hyper).
+
+pub mod transport;
 
 use std::fmt;
 
