@@ -172,6 +172,11 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_OIDC_ADMIN_GROUP")]
     pub oidc_admin_group: Option<String>,
 
+    /// How often an agent's tunnel checks that the token it opened with still signs for the
+    /// agent: a revoked or rotated-out token closes it within this.
+    #[arg(long, env = "WSYNC_TUNNEL_RECHECK", default_value = "30s", value_parser = parse_duration)]
+    pub tunnel_recheck: std::time::Duration,
+
     /// How long the audit trail keeps an entry; older ones are pruned every hour.
     #[arg(long, env = "WSYNC_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: std::time::Duration,
@@ -249,6 +254,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let state = Arc::new(http::AppState {
         identity_provider,
         audit_retention_ms: millis(args.audit_retention),
+        tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,

@@ -6,6 +6,11 @@ pub mod transport;
 
 use std::fmt;
 
+/// Where an agent opens its tunnel (an HTTP/1.1 upgrade, with its agent token).
+pub const TUNNEL_PATH: &str = "/api/v1/agent/tunnel";
+/// The `Upgrade` protocol it asks for.
+pub const UPGRADE_PROTOCOL: &str = "wsync-tunnel";
+
 /// The largest open request read: three short fields.
 pub const MAX_OPEN_REQUEST_BYTES: usize = 1024;
 

@@ -20,6 +20,7 @@ mod scale_out;
 mod sign_in_limits;
 mod sign_in_oidc;
 mod transport;
+mod tunnel;
 
 pub fn http() -> reqwest::Client {
     wsync::runtime::install_crypto_provider();

@@ -1,5 +1,5 @@
 //! The agents' endpoints: the reconcile and the prerequisites (GitLab's protocol, with the
-//! agent's Bearer token), `/healthz` and `/metrics`. They stand outside the front door: agents
+//! agent's Bearer token), the tunnel (`tunnel`), `/healthz` and `/metrics`. They stand outside the front door: agents
 //! come through ingresses under Hosts the control plane cannot know, and no browser can send
 //! their Bearer header cross-origin.
 
@@ -22,6 +22,7 @@ pub fn router(state: &AppState) -> Router<Arc<AppState>> {
     Router::new()
         .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
+        .route(crate::tunnel::TUNNEL_PATH, get(super::tunnel::tunnel))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
 }

@@ -16,6 +16,8 @@ pub mod server;
 pub mod sign_in_limits;
 pub mod sign_in_oidc;
 pub mod state;
+pub mod tunnel;
+pub mod tunnels;
 pub mod ui;
 pub mod ui_people;
 pub mod validation;

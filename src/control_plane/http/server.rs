@@ -71,8 +71,12 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(options.body_timeout));
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
     builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(options.header_timeout));
+    // HTTP/1 served by hyper's own builder: with upgrades (an agent's tunnel), and still with
+    // its header timeout from the first byte (the auto builder's upgradeable connection reads
+    // the protocol's preface first, with no timeout).
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.timer(TokioTimer::new()).header_read_timeout(options.header_timeout);
     let tls = options.tls.map(tokio_rustls::TlsAcceptor::from);
     let limits = Arc::new(ConnectionLimits::new(options.limits));
     let agent_paths: Arc<[String]> = options.agent_paths.into();
@@ -104,7 +108,8 @@ pub async fn serve(
             tracing::debug!(%peer, "closing a connection past its address's share");
             continue;
         };
-        let (builder, app, stop, tls) = (builder.clone(), app.clone(), stopping.subscribe(), tls.clone());
+        let (builder, http1, app, stop, tls) =
+            (builder.clone(), http1.clone(), app.clone(), stopping.subscribe(), tls.clone());
         let (handshake_timeout, http2_idle_timeout) = (options.header_timeout, options.http2_idle_timeout);
         let (limits, agent_paths, trusted) = (limits.clone(), agent_paths.clone(), trusted.clone());
         tokio::spawn(async move {
@@ -129,15 +134,20 @@ pub async fn serve(
             // A reserve connection that sends nothing is not held for HTTP/2's idle timeout.
             let http2_idle_timeout = if budget == Budget::Agents { handshake_timeout } else { http2_idle_timeout };
             let service = TowerToHyperService::new(tracking(connection, app));
-            let builder = if h2 { builder.http2_only() } else { builder.http1_only() };
-            if let Err(error) = until_closed(
-                builder.serve_connection(TokioIo::new(io), service),
-                stop,
-                &activity,
-                h2.then_some(http2_idle_timeout),
-            )
-            .await
-            {
+            let ended = if h2 {
+                let h2_only = builder.http2_only();
+                let connection = h2_only.serve_connection(TokioIo::new(io), service);
+                let idle = Some(http2_idle_timeout);
+                until_closed(connection, |c| c.graceful_shutdown(), stop, &activity, idle)
+                    .await
+                    .map_err(|e| e.to_string())
+            } else {
+                let connection = http1.serve_connection(TokioIo::new(io), service).with_upgrades();
+                until_closed(connection, |c| c.graceful_shutdown(), stop, &activity, None)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%error, "connection ended with an error");
             }
         });
@@ -154,24 +164,18 @@ pub async fn serve(
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Served<'a, S> = auto::Connection<'a, TokioIo<Box<dyn Io>>, S, TokioExecutor>;
-
 /// Serve one connection until it ends. Server shutdown, and for HTTP/2 `idle` (no request open
 /// for that long), close it gracefully: requests in flight finish, and an HTTP/2 peer learns
 /// from the GOAWAY which of its requests were not taken, to send them again.
-async fn until_closed<S, B>(
-    connection: Served<'_, S>,
+async fn until_closed<C, E>(
+    connection: C,
+    graceful_shutdown: impl Fn(std::pin::Pin<&mut C>),
     mut stop: tokio::sync::watch::Receiver<()>,
     activity: &Activity,
     idle: Option<Duration>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+) -> Result<(), E>
 where
-    S: hyper::service::Service<axum::http::Request<hyper::body::Incoming>, Response = axum::http::Response<B>>,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    C: std::future::Future<Output = Result<(), E>>,
 {
     tokio::pin!(connection);
     let mut closing = false;
@@ -179,16 +183,16 @@ where
         tokio::select! {
             served = connection.as_mut() => return served,
             _ = stop.changed(), if !closing => {
-                connection.as_mut().graceful_shutdown();
+                graceful_shutdown(connection.as_mut());
                 closing = true;
             }
             () = idle_for(idle.map(|limit| (activity, limit))), if !closing && idle.is_some() => {
                 tracing::debug!("closing an idle HTTP/2 connection");
-                connection.as_mut().graceful_shutdown();
+                graceful_shutdown(connection.as_mut());
                 closing = true;
             }
             () = activity.close.notified(), if !closing => {
-                connection.as_mut().graceful_shutdown();
+                graceful_shutdown(connection.as_mut());
                 closing = true;
             }
         }

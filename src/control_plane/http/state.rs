@@ -50,6 +50,10 @@ pub struct AppState {
     pub identity_provider: Option<Arc<IdentityProvider>>,
     /// The audit trail's retention: what `prune` keeps.
     pub audit_retention_ms: i64,
+    /// The agents' tunnels this process holds.
+    pub tunnels: super::tunnels::Tunnels,
+    /// How often a tunnel's token is checked again.
+    pub tunnel_recheck: std::time::Duration,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -75,6 +79,8 @@ impl AppState {
             ),
             identity_provider: None,
             audit_retention_ms: 90 * 86_400_000,
+            tunnels: super::tunnels::Tunnels::default(),
+            tunnel_recheck: std::time::Duration::from_secs(30),
         }
     }
 

@@ -1,0 +1,69 @@
+//! The agents' tunnels (#39): an agent asks for `Upgrade: wsync-tunnel` on its own token, and
+//! the connection becomes HTTP/2 with the control plane as the client (`tunnel::transport`).
+//! One tunnel per agent in this process (`tunnels`): a newer one closes the older, so an agent
+//! holds one connection here however often it asks. A token that stops signing for its
+//! agent (revoked, or rotated past its grace) closes the tunnel within a recheck interval.
+
+use super::state::{AppState, authenticate_agent, bearer};
+use crate::tunnel::UPGRADE_PROTOCOL;
+use crate::tunnel::transport::Opener;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+
+/// `GET` with `Upgrade: wsync-tunnel` and the agent's token: 101, then the tunnel.
+pub async fn tunnel(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
+    let agent = match authenticate_agent(&state, request.headers()).await {
+        Ok(agent) => agent,
+        Err(refused) => return refused.into_response(),
+    };
+    let upgrade = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !upgrade.eq_ignore_ascii_case(UPGRADE_PROTOCOL) {
+        let said = format!("the tunnel is an HTTP/1.1 upgrade: send Upgrade: {UPGRADE_PROTOCOL}");
+        return (StatusCode::UPGRADE_REQUIRED, [(header::UPGRADE, UPGRADE_PROTOCOL)], said).into_response();
+    }
+    let token = bearer(request.headers()).unwrap_or_default().to_string();
+    let upgraded = hyper::upgrade::on(request);
+    tokio::spawn(hold(state.clone(), agent.id, token, upgraded));
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(UPGRADE_PROTOCOL));
+    response
+}
+
+/// Hold one tunnel until it closes, or until its token no longer signs for its agent.
+async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hyper::upgrade::OnUpgrade) {
+    let upgraded = match upgraded.await {
+        Ok(upgraded) => upgraded,
+        Err(error) => return tracing::debug!(%error, %agent, "a tunnel's upgrade failed"),
+    };
+    let (opener, mut driver) = match Opener::handshake(TokioIo::new(upgraded)).await {
+        Ok(started) => started,
+        Err(error) => return tracing::info!(%error, %agent, "a tunnel's HTTP/2 handshake failed"),
+    };
+    let generation = state.tunnels.insert(&agent, opener, driver.abort_handle());
+    tracing::info!(%agent, "an agent's tunnel opened");
+    let mut recheck = tokio::time::interval(state.tunnel_recheck);
+    recheck.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut driver => {
+                tracing::info!(%agent, "an agent's tunnel closed");
+                break;
+            }
+            _ = recheck.tick() => match state.store.agent_by_token(&token).await {
+                Ok(Some(signed)) if signed.id == agent => {}
+                Ok(_) => {
+                    tracing::info!(%agent, "the token that opened a tunnel no longer signs for its agent; closing it");
+                    driver.abort();
+                    break;
+                }
+                // The database is down: the next check decides.
+                Err(error) => tracing::warn!(%error, %agent, "a tunnel's token could not be checked"),
+            },
+        }
+    }
+    state.tunnels.remove(&agent, generation);
+}
