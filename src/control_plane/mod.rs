@@ -287,7 +287,11 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
             connections_per_address: usize::try_from(args.max_connections_per_address).unwrap_or(usize::MAX),
             requests_per_address: usize::try_from(args.max_requests_per_address).unwrap_or(usize::MAX),
         },
-        agent_paths: vec![state.reconcile_path.clone(), state.prerequisites_path.clone()],
+        agent_paths: vec![
+            state.reconcile_path.clone(),
+            state.prerequisites_path.clone(),
+            crate::tunnel::TUNNEL_PATH.to_string(),
+        ],
         trusted_proxies: args.trusted_proxies.clone(),
     };
     http::server::serve(listener, http::router(state), options, shutdown_signal()).await

@@ -54,8 +54,11 @@ pub enum StreamRefusal {
     UndeclaredPort(u16),
     /// The workspace has no Pod with an address to dial (stopped, starting).
     NoPod,
-    /// Every address the workspace's Pods have is one the agent never dials.
+    /// Every address the workspace's Pods have is one the agent never dials. The address
+    /// stays in the agent's log: the control plane is told only why.
     ForbiddenAddress { address: std::net::IpAddr, why: &'static str },
+    /// The dial failed, or took longer than the transport's open timeout.
+    DialFailed(String),
 }
 
 impl StreamRefusal {
@@ -67,6 +70,7 @@ impl StreamRefusal {
             StreamRefusal::UndeclaredPort(_) => "undeclared_port",
             StreamRefusal::NoPod => "no_pod",
             StreamRefusal::ForbiddenAddress { .. } => "forbidden_address",
+            StreamRefusal::DialFailed(_) => "dial_failed",
         }
     }
 }
@@ -78,7 +82,10 @@ impl fmt::Display for StreamRefusal {
             StreamRefusal::NotOurWorkspace => f.write_str("no such workspace on this agent"),
             StreamRefusal::UndeclaredPort(port) => write!(f, "port {port} is not one the workspace declares"),
             StreamRefusal::NoPod => f.write_str("the workspace has no running Pod to reach"),
-            StreamRefusal::ForbiddenAddress { address, why } => write!(f, "{address} is never dialled: {why}"),
+            StreamRefusal::ForbiddenAddress { why, .. } => {
+                write!(f, "the workspace's Pod address is never dialled: {why}")
+            }
+            StreamRefusal::DialFailed(why) => write!(f, "the workspace's port did not answer: {why}"),
         }
     }
 }

@@ -25,14 +25,37 @@ async fn echo_server() -> std::net::SocketAddr {
 
 /// A tunnel whose agent end dials `echo` for port 7 and refuses every other port.
 async fn tunnel(echo: std::net::SocketAddr) -> Opener {
+    tunnel_and_agent(echo).await.0
+}
+
+/// The same, with the agent end's task.
+async fn tunnel_and_agent(server: std::net::SocketAddr) -> (Opener, tokio::task::JoinHandle<Result<(), hyper::Error>>) {
     let (control_plane_side, agent_side) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(serve_streams(agent_side, move |open: OpenStream| async move {
+    let agent = tokio::spawn(serve_streams(agent_side, move |open: OpenStream| async move {
         match open.port {
-            7 => tokio::net::TcpStream::connect(echo).await.map_err(|_| StreamRefusal::NoPod),
+            7 => tokio::net::TcpStream::connect(server).await.map_err(|e| StreamRefusal::DialFailed(e.to_string())),
             port => Err(StreamRefusal::UndeclaredPort(port)),
         }
     }));
-    Opener::handshake(control_plane_side).await.unwrap().0
+    (Opener::handshake(control_plane_side).await.unwrap().0, agent)
+}
+
+/// A server that accepts and says nothing; each connection's end is reported on the channel.
+async fn quiet_server() -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (ended, endings) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let ended = ended.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 1024];
+                while matches!(socket.read(&mut buffer).await, Ok(n) if n > 0) {}
+                let _ = ended.send(());
+            });
+        }
+    });
+    (address, endings)
 }
 
 fn asked(port: u16) -> OpenStream {
@@ -126,5 +149,45 @@ async fn a_reader_that_stops_holds_back_the_writer_with_bounded_buffers() {
     assert_eq!(first, later, "the writer is held back once the way is full");
     println!("tunnel: a reader that stops holds the writer back after {} KiB", later / 1024);
     // The way: the HTTP/2 window, two bounded queues, the pipes, and the kernel's socket buffers.
-    assert!(later < 64 * 1024 * 1024, "bounded: {later} bytes sent with nobody reading");
+    assert!(later < 8 * 1024 * 1024, "bounded: {later} bytes sent with nobody reading");
+}
+
+/// A caller that drops its stream ends it at the workspace too, though the workspace is quiet.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_stream_closes_the_workspace_socket() {
+    let (server, mut endings) = quiet_server().await;
+    let opener = tunnel(server).await;
+    let stream = opener.open(&asked(7)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(5), endings.recv()).await.expect("the workspace socket closed").unwrap();
+}
+
+/// A tunnel that dies under an open stream: the caller reads an error, never a clean end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tunnel_that_dies_breaks_its_streams_loudly() {
+    let (server, mut endings) = quiet_server().await;
+    let (opener, agent) = tunnel_and_agent(server).await;
+    let mut stream = opener.open(&asked(7)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    agent.abort();
+    let mut buffer = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer)).await.expect("an answer");
+    assert!(read.is_err(), "a broken stream reads as an error: {read:?}");
+    tokio::time::timeout(Duration::from_secs(5), endings.recv()).await.expect("the workspace socket closed").unwrap();
+}
+
+/// Streams past the tunnel's limit are refused at once, not queued.
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_past_the_limit_are_refused_at_once() {
+    let (server, _endings) = quiet_server().await;
+    let opener = tunnel(server).await;
+    let mut open = Vec::new();
+    for _ in 0..wsync::tunnel::transport::MAX_STREAMS {
+        open.push(opener.open(&asked(7)).await.unwrap());
+    }
+    assert!(matches!(opener.open(&asked(7)).await, Err(OpenError::Busy)));
+    open.pop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(opener.open(&asked(7)).await.is_ok(), "a closed stream makes room");
 }

@@ -25,10 +25,21 @@ pub struct WorkspaceEndpoints {
 }
 
 /// Addresses the agent never dials, whatever a Pod's status claims: its own, the nodes', the
-/// apiserver's (a hostNetwork Pod, or a status edited by hand, would name them).
+/// apiserver's and the `kubernetes` Service's (a hostNetwork Pod would name them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NeverDialled {
-    pub addresses: BTreeSet<IpAddr>,
+    addresses: BTreeSet<IpAddr>,
+}
+
+impl NeverDialled {
+    /// Each address as the gate compares it (IPv4 however it is written).
+    pub fn new(addresses: impl IntoIterator<Item = IpAddr>) -> Self {
+        Self { addresses: addresses.into_iter().map(canonical).collect() }
+    }
+
+    pub fn contains(&self, address: IpAddr) -> bool {
+        self.addresses.contains(&canonical(address))
+    }
 }
 
 /// The address to dial for `request`, or why not.
@@ -45,9 +56,8 @@ pub fn dial(
     }
     let mut refused = None;
     for &address in &endpoints.pod_addresses {
-        let why = forbidden(address).or_else(|| {
-            never.addresses.contains(&canonical(address)).then_some("the agent's, a node's or the apiserver's")
-        });
+        let why = forbidden(address)
+            .or_else(|| never.contains(address).then_some("the agent's, a node's or the apiserver's"));
         match why {
             None => return Ok(SocketAddr::new(canonical(address), request.port)),
             Some(why) => refused = refused.or(Some(StreamRefusal::ForbiddenAddress { address, why })),
@@ -57,26 +67,28 @@ pub fn dial(
 }
 
 /// An IPv4 address written as IPv6 is the IPv4 address, judged as one: mapped
-/// (`::ffff:a.b.c.d`), or through NAT64's well-known prefix (`64:ff9b::a.b.c.d`), which an
-/// IPv6-only cluster routes to that IPv4 address.
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), or through NAT64's well-known or local
+/// prefix (`64:ff9b::a.b.c.d`, `64:ff9b:1::/48`), which an IPv6-only cluster routes to it.
 fn canonical(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => {
-            let [a, b, c, d, e, f, g, h] = v6.segments();
-            if [a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let [g1, g2] = g.to_be_bytes();
-                let [h1, h2] = h.to_be_bytes();
-                return IpAddr::V4(Ipv4Addr::new(g1, g2, h1, h2));
-            }
-            v6.to_ipv4_mapped().map_or(address, IpAddr::V4)
-        }
-        v4 => v4,
+    let IpAddr::V6(v6) = address else { return address };
+    let [a, b, c, d, e, f, g, h] = v6.segments();
+    let [g1, g2] = g.to_be_bytes();
+    let [h1, h2] = h.to_be_bytes();
+    let embedded = IpAddr::V4(Ipv4Addr::new(g1, g2, h1, h2));
+    let nat64 = [a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0] || [a, b, c] == [0x64, 0xff9b, 1];
+    let compatible = [a, b, c, d, e, f] == [0; 6] && (g != 0 || h > 1);
+    if nat64 || compatible {
+        return embedded;
     }
+    v6.to_ipv4_mapped().map_or(address, IpAddr::V4)
 }
 
-/// The cloud metadata services' well-known addresses besides 169.254.169.254.
-const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
-const ALIBABA_METADATA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
+/// The cloud metadata and platform services' well-known addresses besides 169.254.169.254:
+/// AWS's IPv6, GCP's IPv6, Alibaba's, Azure's wire server, Oracle's older one.
+const METADATA_V6: [Ipv6Addr; 2] =
+    [Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254), Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254)];
+const METADATA_V4: [Ipv4Addr; 3] =
+    [Ipv4Addr::new(100, 100, 100, 200), Ipv4Addr::new(168, 63, 129, 16), Ipv4Addr::new(192, 0, 0, 192)];
 
 /// Why an address is never a workspace Pod's, whatever the cluster says; None when it may be.
 pub fn forbidden(address: IpAddr) -> Option<&'static str> {
@@ -84,12 +96,12 @@ pub fn forbidden(address: IpAddr) -> Option<&'static str> {
         IpAddr::V4(v4) if v4.is_loopback() => Some("loopback"),
         IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() => Some("not a host"),
         IpAddr::V4(v4) if v4.is_link_local() => Some("link-local, where metadata services answer"),
-        IpAddr::V4(v4) if v4 == ALIBABA_METADATA => Some("a metadata service"),
+        IpAddr::V4(v4) if METADATA_V4.contains(&v4) => Some("a metadata service"),
         IpAddr::V4(v4) if v4.octets()[0] == 0 => Some("not a host"),
         IpAddr::V6(v6) if v6.is_loopback() => Some("loopback"),
         IpAddr::V6(v6) if v6.is_unspecified() || v6.is_multicast() => Some("not a host"),
         IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("link-local"),
-        IpAddr::V6(v6) if v6 == METADATA_V6 => Some("a metadata service"),
+        IpAddr::V6(v6) if METADATA_V6.contains(&v6) => Some("a metadata service"),
         _ => None,
     }
 }

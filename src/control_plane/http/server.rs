@@ -276,7 +276,9 @@ fn tracking(
                 return Ok(busy(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this address"));
             };
             let response = answer.await?;
-            if reserve_only && !response.status().is_success() {
+            // An agent's tunnel answers 101 and goes on: not a failure to close the connection on.
+            let served = response.status().is_success() || response.status() == StatusCode::SWITCHING_PROTOCOLS;
+            if reserve_only && !served {
                 connection.activity.close.notify_one();
             }
             Ok(response)

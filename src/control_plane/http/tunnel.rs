@@ -47,21 +47,30 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
     tracing::info!(%agent, "an agent's tunnel opened");
     let mut recheck = tokio::time::interval(state.tunnel_recheck);
     recheck.tick().await;
+    // The token must be confirmed again within three rechecks: a database that stops
+    // answering closes the tunnel, instead of keeping a revoked one open for the outage.
+    let mut confirmed = tokio::time::Instant::now();
+    let unconfirmed_for = state.tunnel_recheck.saturating_mul(3);
     loop {
         tokio::select! {
             _ = &mut driver => {
                 tracing::info!(%agent, "an agent's tunnel closed");
                 break;
             }
-            _ = recheck.tick() => match state.store.agent_by_token(&token).await {
-                Ok(Some(signed)) if signed.id == agent => {}
-                Ok(_) => {
+            _ = recheck.tick() => match tokio::time::timeout(state.tunnel_recheck, state.store.agent_by_token(&token)).await {
+                Ok(Ok(Some(signed))) if signed.id == agent => confirmed = tokio::time::Instant::now(),
+                Ok(Ok(_)) => {
                     tracing::info!(%agent, "the token that opened a tunnel no longer signs for its agent; closing it");
                     driver.abort();
                     break;
                 }
-                // The database is down: the next check decides.
-                Err(error) => tracing::warn!(%error, %agent, "a tunnel's token could not be checked"),
+                Ok(Err(_)) | Err(_) if confirmed.elapsed() > unconfirmed_for => {
+                    tracing::warn!(%agent, "a tunnel's token could not be confirmed for three rechecks; closing it");
+                    driver.abort();
+                    break;
+                }
+                Ok(Err(error)) => tracing::warn!(%error, %agent, "a tunnel's token could not be checked"),
+                Err(_) => tracing::warn!(%agent, "a tunnel's token check took longer than the recheck interval"),
             },
         }
     }
