@@ -157,15 +157,6 @@ pub fn nth_username(base: &str, n: u32) -> String {
 /// again, so that leaving the admin group at the provider takes effect within a day.
 pub const PROVIDER_ROLE_FRESH_MS: i64 = 24 * 3_600_000;
 
-/// The role column as a lookup reads it: a provider's admin whose last sign-in is older than
-/// `$n` (a bound parameter: now minus [`PROVIDER_ROLE_FRESH_MS`]) is a user.
-pub fn role_column(n: usize) -> String {
-    format!(
-        "CASE WHEN u.issuer <> 'local' AND u.role = 'admin' AND (u.last_sign_in_at IS NULL OR u.last_sign_in_at < ${n}) \
-         THEN 'user' ELSE u.role END AS role"
-    )
-}
-
 /// Live personal tokens one user may have.
 pub const MAX_LIVE_TOKENS: i64 = 50;
 

@@ -2,12 +2,11 @@
 //! read, acted on. A user reaches their own workspaces; anyone else's answers 404, as one
 //! that does not exist. Orphans are the admins'.
 
-use super::actions::{set_desired, settle_orphan};
-use super::callers::{Admin, Asking, Target, visible_workspace};
-use super::state::{ApiError, ApiResult, AppState, PageQuery, bad_request, exists, parse};
-use super::validation::{is_dns_label, is_env_name, is_owner_name, url_part};
-use crate::control_plane::decisions::access::Caller;
-use crate::control_plane::model::{LOCAL_ISSUER, NewWorkspace};
+use super::actions::{self, set_desired, settle_orphan};
+use super::callers::{Admin, Asking, visible_workspace};
+use super::state::{ApiResult, AppState, PageQuery, bad_request, exists, parse};
+use super::validation::url_part;
+use crate::control_plane::model::NewWorkspace;
 use crate::control_plane::store::MAX_PAGE;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -72,43 +71,6 @@ async fn my_workspaces(
     Ok(with_next(Json(&workspaces).into_response(), next))
 }
 
-/// Check a new workspace, and say whose it is: a user's own, always; an admin's, the user
-/// `owner` names, or (a name that matches no user) nobody's but the admins'.
-pub async fn admit_new_workspace(state: &AppState, caller: &Caller, new: &mut NewWorkspace) -> Result<(), ApiError> {
-    if !is_dns_label(&new.name) {
-        return Err(bad_request("workspace name must be a DNS label: lowercase letters, digits and '-'"));
-    }
-    if new.image.trim().is_empty() {
-        return Err(bad_request("image is required"));
-    }
-    if let Some(name) = new.env.keys().find(|name| !is_env_name(name)) {
-        return Err(bad_request(format!(
-            "environment variable {name:?}: a name is letters, digits, '_', '.' and '-', not starting with a digit"
-        )));
-    }
-    if new.owner.as_deref().is_some_and(|owner| !is_owner_name(owner)) {
-        return Err(bad_request("owner must be a username: letters, digits, '_', '.' and '-', at most 255"));
-    }
-    match caller.user() {
-        Some(user) if !caller.is_admin() || new.owner.is_none() => {
-            if new.owner.as_deref().is_some_and(|owner| owner != user.username) {
-                return Err(bad_request("only an admin creates a workspace for someone else"));
-            }
-            new.owner = Some(user.username.clone());
-            new.owner_id = Some(user.id.clone());
-        }
-        _ => {
-            // By name, only a user an admin created: a provider's user picked their own name.
-            let owner = match &new.owner {
-                Some(name) => state.store.user_by_name(name).await?.filter(|u| u.issuer == LOCAL_ISSUER),
-                None => None,
-            };
-            new.owner_id = owner.map(|user| user.id);
-        }
-    }
-    Ok(())
-}
-
 async fn create_workspace(
     Asking(caller): Asking,
     State(state): State<Arc<AppState>>,
@@ -117,11 +79,8 @@ async fn create_workspace(
     body: Bytes,
 ) -> ApiResult {
     exists(&state, &agent).await?;
-    let mut new: NewWorkspace = parse(&body)?;
-    admit_new_workspace(&state, &caller, &mut new).await?;
-    let workspace = state.store.create_workspace(&agent, &new).await?;
-    let client = state.client(&extensions);
-    state.audit(&caller, client, "workspace.create", Target::Workspace(&agent, &new.name), &new.image).await;
+    let new: NewWorkspace = parse(&body)?;
+    let workspace = actions::create_workspace(&state, &caller, state.client(&extensions), &agent, new).await?;
     Ok((StatusCode::CREATED, Json(workspace)).into_response())
 }
 

@@ -3,8 +3,7 @@
 //! the forms behind the buttons, each with the session's CSRF token. The front door
 //! ([`super::front_door`]) has judged every request.
 
-use super::actions::{set_desired, settle_orphan};
-use super::api::admit_new_workspace;
+use super::actions::{self, set_desired, settle_orphan};
 use super::callers::{Target, admins_only};
 use super::front_door::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
 use super::state::{ApiError, AppState, PAGE, PageQuery, exists, front_door, not_found, unauthorized};
@@ -172,23 +171,14 @@ async fn create_workspace(
     Form(form): Form<CreateForm>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
-    let caller = signed_in.caller();
     let created = async {
         exists(&state, &form.agent).await?;
-        let mut new = form.new_workspace()?;
-        admit_new_workspace(&state, caller, &mut new).await?;
-        state.store.create_workspace(&form.agent, &new).await?;
-        Ok::<_, ApiError>(new)
+        let new = form.new_workspace()?;
+        actions::create_workspace(&state, signed_in.caller(), state.client(&extensions), &form.agent, new).await
     }
     .await;
     match created {
-        Ok(new) => {
-            let client = state.client(&extensions);
-            state
-                .audit(caller, client, "workspace.create", Target::Workspace(&form.agent, &new.name), &new.image)
-                .await;
-            Ok(Redirect::to(&state.link("/")).into_response())
-        }
+        Ok(_) => Ok(Redirect::to(&state.link("/")).into_response()),
         Err(ApiError(status, problem)) => {
             Ok((status, Html(home_page(&state, &signed_in, "", Some(&problem)).await?)).into_response())
         }
@@ -218,9 +208,7 @@ async fn sign_in(State(state): State<Arc<AppState>>, extensions: Extensions, For
     // Counted before the token is checked, so that guessing is slow whatever the guess.
     let client = state.client(&extensions);
     if let Err(refused) = state.sign_in_limits.admit(client) {
-        let (status, retry_after) = state.refused_sign_in(refused, client, "the page's sign-in");
-        let said = format!("Too many sign-in attempts; try again in {} s.", refused.retry_after_seconds());
-        return Ok((status, retry_after, Html(ui::sign_in_page(next, Some(&said), provider))).into_response());
+        return Ok(too_many_sign_ins(&state, refused, client, "the page's sign-in", next));
     }
     let Some(caller) = state.caller_by_token(form.token.trim()).await? else {
         state.sign_in_limits.failed(client);
@@ -349,6 +337,20 @@ async fn workspace_action(
     let back = if form.next.is_empty() { format!("/agents/{}", target.0) } else { local_path(&form.next).to_string() };
     set_desired(&state, signed_in.caller(), state.client(&extensions), target).await?;
     Ok(Redirect::to(&state.link(&back)).into_response())
+}
+
+/// The sign-in page again, after its limits refused an attempt: 429, when to retry, and why.
+pub fn too_many_sign_ins(
+    state: &AppState,
+    refused: super::sign_in_limits::TooMany,
+    client: std::net::IpAddr,
+    what: &str,
+    next: &str,
+) -> Response {
+    let (status, retry_after) = state.refused_sign_in(refused, client, what);
+    let said = format!("Too many sign-in attempts; try again in {} s.", refused.retry_after_seconds());
+    let page = ui::sign_in_page(next, Some(&said), state.signs_in_with_provider());
+    (status, retry_after, Html(page)).into_response()
 }
 
 impl AppState {

@@ -1,9 +1,10 @@
 //! The page's routes about people: one's API tokens, the users (admins), and the audit trail
 //! (an admin's whole, a user's own entries).
 
-use super::callers::{Target, admins_only};
+use super::actions::{self, own_user};
+use super::callers::admins_only;
 use super::page::{PageResult, SignedIn, session, sign_in_first};
-use super::people_api::{NewToken, admit_new_token, scoped};
+use super::people_api::scoped;
 use super::state::{AppState, PAGE, front_door, not_found};
 use super::ui_people::{self, AuditFilters};
 use super::validation::url_part;
@@ -25,24 +26,9 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .layer(axum::middleware::from_fn_with_state(state, front_door::<{ PAGE }>))
 }
 
-/// The signed-in session for a page, or the way to sign in and come back.
-async fn signed_in_for(
-    state: &AppState,
-    headers: &HeaderMap,
-    path: &str,
-) -> Result<SignedIn, axum::response::Response> {
-    match session(state, headers).await {
-        Ok(Some(session)) => Ok(SignedIn(session)),
-        Ok(None) => Err(sign_in_first(state, path)),
-        Err(e) => Err(e.into_response()),
-    }
-}
-
 async fn tokens(State(state): State<Arc<AppState>>, headers: HeaderMap) -> PageResult {
-    let signed_in = match signed_in_for(&state, &headers, "/tokens").await {
-        Ok(signed_in) => signed_in,
-        Err(answer) => return Ok(answer),
-    };
+    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, "/tokens")) };
+    let signed_in = SignedIn(session);
     let tokens = match signed_in.caller().user() {
         Some(user) => state.store.api_tokens(&user.id).await?,
         None => Vec::new(),
@@ -67,12 +53,10 @@ async fn create_token(
     Form(form): Form<TokenForm>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
-    let Some(user) = signed_in.caller().user() else {
-        return Err(super::state::bad_request("the admin token has no personal tokens; sign in as a user"));
-    };
-    let days = admit_new_token(&NewToken { name: form.name.clone(), days: form.days })?;
-    let (token, secret) = state.store.create_api_token(user, form.name.trim(), days).await?;
-    state.audit(signed_in.caller(), state.client(&extensions), "token.create", Target::Nothing, &token.name).await;
+    let caller = signed_in.caller();
+    let client = state.client(&extensions);
+    let (token, secret) = actions::create_token(&state, caller, client, &form.name, form.days).await?;
+    let user = own_user(caller)?;
     let tokens = state.store.api_tokens(&user.id).await?;
     let page = ui_people::tokens_page(&signed_in.nav(), &tokens, Some((&token.name, &secret)), state.store.now());
     // The secret is in this answer alone: no cache may keep it.
@@ -93,22 +77,16 @@ async fn revoke_token(
     Form(form): Form<Csrf>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
-    let revoked = match signed_in.caller().user() {
-        Some(user) => state.store.revoke_api_token(&user.id, &id).await?,
-        None => false,
-    };
-    if !revoked {
+    let Some(user) = signed_in.caller().user() else {
         return Err(not_found(format!("no live token {id:?} of yours")));
-    }
-    state.audit(signed_in.caller(), state.client(&extensions), "token.revoke", Target::Nothing, &id).await;
+    };
+    actions::revoke_token(&state, signed_in.caller(), state.client(&extensions), user, &id).await?;
     Ok(Redirect::to(&state.link("/tokens")).into_response())
 }
 
 async fn users(State(state): State<Arc<AppState>>, headers: HeaderMap) -> PageResult {
-    let signed_in = match signed_in_for(&state, &headers, "/users").await {
-        Ok(signed_in) => signed_in,
-        Err(answer) => return Ok(answer),
-    };
+    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, "/users")) };
+    let signed_in = SignedIn(session);
     if !signed_in.caller().is_admin() {
         return Err(admins_only());
     }
@@ -120,28 +98,20 @@ async fn user_action(
     State(state): State<Arc<AppState>>,
     signed_in: SignedIn,
     extensions: Extensions,
-    Path((name, action)): Path<(String, String)>,
+    Path(target): Path<(String, String)>,
     Form(form): Form<Csrf>,
 ) -> PageResult {
     signed_in.check(&form.csrf)?;
     if !signed_in.caller().is_admin() {
         return Err(admins_only());
     }
-    let disabled = match action.as_str() {
-        "disable" => true,
-        "enable" => false,
-        _ => return Err(not_found(format!("unknown action {action:?}; use disable or enable"))),
-    };
-    state.store.set_user_disabled(&name, disabled).await?.ok_or_else(|| not_found(format!("no user {name:?}")))?;
-    state.audit(signed_in.caller(), state.client(&extensions), &format!("user.{action}"), Target::Nothing, &name).await;
+    actions::set_user_disabled(&state, signed_in.caller(), state.client(&extensions), target).await?;
     Ok(Redirect::to(&state.link("/users")).into_response())
 }
 
 async fn audit(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(query): Query<AuditQuery>) -> PageResult {
-    let signed_in = match signed_in_for(&state, &headers, "/audit").await {
-        Ok(signed_in) => signed_in,
-        Err(answer) => return Ok(answer),
-    };
+    let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, "/audit")) };
+    let signed_in = SignedIn(session);
     let clean = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
     let query = AuditQuery {
         user: clean(&query.user),

@@ -1,9 +1,10 @@
 //! The JSON API for people: who am I, users (admins), personal tokens (one's own), and the
 //! audit trail (an admin's whole, a user's own entries).
 
+use super::actions::{self, own_user};
 use super::callers::{Admin, Asking, Target};
 use super::state::{ApiError, ApiResult, AppState, bad_request, not_found, parse};
-use crate::control_plane::decisions::access::{Caller, Role, is_token_name, is_username, token_days};
+use crate::control_plane::decisions::access::{Caller, Role, is_username, token_days};
 use crate::control_plane::store::audit::AuditQuery;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -83,15 +84,9 @@ async fn user_action(
     Admin(caller): Admin,
     State(state): State<Arc<AppState>>,
     extensions: Extensions,
-    Path((name, action)): Path<(String, String)>,
+    Path(target): Path<(String, String)>,
 ) -> ApiResult {
-    let disabled = match action.as_str() {
-        "disable" => true,
-        "enable" => false,
-        _ => return Err(not_found(format!("unknown action {action:?}; use disable or enable"))),
-    };
-    let user = state.store.set_user_disabled(&name, disabled).await?.ok_or_else(|| no_user(&name))?;
-    state.audit(&caller, state.client(&extensions), &format!("user.{action}"), Target::Nothing, &name).await;
+    let user = actions::set_user_disabled(&state, &caller, state.client(&extensions), target).await?;
     Ok(Json(user).into_response())
 }
 
@@ -108,27 +103,14 @@ async fn delete_user(
     Ok(Json(serde_json::json!({ "username": name, "deleted": true })).into_response())
 }
 
-/// A token belongs to a user; the admin token has none of its own.
-fn own_user(caller: &Caller) -> Result<&crate::control_plane::decisions::access::UserRef, ApiError> {
-    caller.user().ok_or_else(|| bad_request("the admin token has no personal tokens; sign in as a user"))
-}
-
 async fn list_tokens(Asking(caller): Asking, State(state): State<Arc<AppState>>) -> ApiResult {
     Ok(Json(state.store.api_tokens(&own_user(&caller)?.id).await?).into_response())
 }
 
 #[derive(serde::Deserialize)]
-pub struct NewToken {
-    pub name: String,
-    pub days: Option<u32>,
-}
-
-/// Check a new token's name and life: what both the API and the page take.
-pub fn admit_new_token(new: &NewToken) -> Result<u32, ApiError> {
-    if !is_token_name(new.name.trim()) {
-        return Err(bad_request("a token's name is 1 to 100 characters, none of them control characters"));
-    }
-    token_days(new.days).map_err(bad_request)
+struct NewToken {
+    name: String,
+    days: Option<u32>,
 }
 
 async fn create_token(
@@ -137,11 +119,9 @@ async fn create_token(
     extensions: Extensions,
     body: Bytes,
 ) -> ApiResult {
-    let user = own_user(&caller)?;
     let new: NewToken = parse(&body)?;
-    let days = admit_new_token(&new)?;
-    let (token, secret) = state.store.create_api_token(user, new.name.trim(), days).await?;
-    state.audit(&caller, state.client(&extensions), "token.create", Target::Nothing, &token.name).await;
+    let client = state.client(&extensions);
+    let (token, secret) = actions::create_token(&state, &caller, client, &new.name, new.days).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "token": secret, "details": token }))).into_response())
 }
 
@@ -152,10 +132,7 @@ async fn revoke_token(
     Path(id): Path<String>,
 ) -> ApiResult {
     let user = own_user(&caller)?;
-    if !state.store.revoke_api_token(&user.id, &id).await? {
-        return Err(not_found(format!("no live token {id:?} of yours")));
-    }
-    state.audit(&caller, state.client(&extensions), "token.revoke", Target::Nothing, &id).await;
+    actions::revoke_token(&state, &caller, state.client(&extensions), user, &id).await?;
     Ok(Json(serde_json::json!({ "id": id, "revoked": true })).into_response())
 }
 

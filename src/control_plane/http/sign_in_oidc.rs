@@ -7,7 +7,7 @@ use super::callers::Target;
 use super::front_door::{
     cookie_value, local_path, pending_sign_in_cookie, pending_sign_in_cookie_name, session_cookie,
 };
-use super::page::{PageResult, with_cookie};
+use super::page::{PageResult, too_many_sign_ins, with_cookie};
 use super::state::{AppState, PAGE, front_door};
 use super::ui;
 use crate::control_plane::decisions::access::{Role, username_from_claims};
@@ -72,9 +72,7 @@ async fn start(
     // Each start writes a row: counted as a sign-in attempt.
     let client = state.client(&extensions);
     if let Err(too_many) = state.sign_in_limits.admit(client) {
-        let (status, retry_after) = state.refused_sign_in(too_many, client, "the identity provider's sign-in");
-        let said = format!("Too many sign-in attempts; try again in {} s.", too_many.retry_after_seconds());
-        return Ok((status, retry_after, Html(ui::sign_in_page(next, Some(&said), true))).into_response());
+        return Ok(too_many_sign_ins(&state, too_many, client, "the identity provider's sign-in", next));
     }
     let started = match provider.start().await {
         Ok(started) => started,

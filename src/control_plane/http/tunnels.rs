@@ -25,15 +25,6 @@ impl Tunnels {
         self.open.lock_unpoisoned().get(agent).map(|held| held.opener.clone())
     }
 
-    /// How many are open.
-    pub fn len(&self) -> usize {
-        self.open.lock_unpoisoned().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Hold a new tunnel for the agent, closing the one it replaces.
     pub(super) fn insert(&self, agent: &str, opener: Opener, close: tokio::task::AbortHandle) -> u64 {
         let generation = self.next.fetch_add(1, Ordering::Relaxed);

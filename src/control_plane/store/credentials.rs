@@ -2,8 +2,9 @@
 //! on first start, and the page's sessions (a user's, or the admin token's holder's). Every secret is stored as its SHA-256 only.
 
 use super::error::{StoreError, StoreResult};
+use super::people::role_column;
 use super::{Backend, Store, hash_token, new_token};
-use crate::control_plane::decisions::access::{Caller, PROVIDER_ROLE_FRESH_MS, UserRef, role_column};
+use crate::control_plane::decisions::access::{Caller, PROVIDER_ROLE_FRESH_MS, UserRef};
 use crate::control_plane::model::{Agent, Session};
 use sqlx::Row;
 

@@ -5,7 +5,7 @@
 use super::error::{StoreError, StoreResult};
 use super::{Store, hash_token, new_token};
 use crate::control_plane::decisions::access::{
-    MAX_LIVE_TOKENS, PROVIDER_ROLE_FRESH_MS, Role, TokenRef, UserRef, nth_username, role_column,
+    MAX_LIVE_TOKENS, PROVIDER_ROLE_FRESH_MS, Role, TokenRef, UserRef, nth_username,
 };
 use crate::control_plane::model::{ApiToken, LOCAL_ISSUER, User};
 use sqlx::Row;
@@ -34,6 +34,15 @@ fn user_from_row(row: &AnyRow) -> StoreResult<User> {
         last_sign_in_at: row.try_get("last_sign_in_at")?,
         disabled_at: row.try_get("disabled_at")?,
     })
+}
+
+/// The role column as a lookup reads it: a provider's admin whose last sign-in is older than
+/// `$n` (a bound parameter: now minus [`PROVIDER_ROLE_FRESH_MS`]) is a user.
+pub(super) fn role_column(n: usize) -> String {
+    format!(
+        "CASE WHEN u.issuer <> 'local' AND u.role = 'admin' AND (u.last_sign_in_at IS NULL OR u.last_sign_in_at < ${n}) \
+         THEN 'user' ELSE u.role END AS role"
+    )
 }
 
 /// A joined row's user (`username`, `role`, and `token_id`, `token_expires_at` when it came
@@ -88,21 +97,9 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        let (token, secret) = (new_token()?, format!("wsync_{}", new_token()?));
         let expires_at = now.saturating_add(i64::from(token_days).saturating_mul(86_400_000));
-        sqlx::query(
-            "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, expires_at) \
-             VALUES ($1, $2, 'first token', $3, $4, $5)",
-        )
-        .bind(token)
-        .bind(&id)
-        .bind(hash_token(&secret))
-        .bind(now)
-        .bind(expires_at)
-        .execute(&mut *tx)
-        .await?;
+        let (_, token) = insert_token(&mut *tx, &id, "first token", now, expires_at).await?;
         tx.commit().await?;
-        let token = secret;
         let user = self.user_by_name(username).await?.ok_or_else(|| StoreError::Corrupt("user vanished".into()))?;
         Ok((user, token, claimed))
     }
@@ -233,7 +230,6 @@ impl Store {
     /// A new personal API token for `days` (no longer than the token `user` asks with),
     /// returned once, stored as its hash. At most [`MAX_LIVE_TOKENS`] live ones a user.
     pub async fn create_api_token(&self, user: &UserRef, name: &str, days: u32) -> StoreResult<(ApiToken, String)> {
-        let (id, secret) = (new_token()?, format!("wsync_{}", new_token()?));
         let now = self.clock.now();
         let expires_at = user.bounded(now.saturating_add(i64::from(days).saturating_mul(86_400_000)));
         let user_id = user.id.as_str();
@@ -249,18 +245,7 @@ impl Store {
                 "you have {MAX_LIVE_TOKENS} live tokens, the most one may have: revoke one first"
             )));
         }
-        sqlx::query(
-            "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&id)
-        .bind(user_id)
-        .bind(name)
-        .bind(hash_token(&secret))
-        .bind(now)
-        .bind(expires_at)
-        .execute(&self.pool)
-        .await?;
+        let (id, secret) = insert_token(&self.pool, user_id, name, now, expires_at).await?;
         Ok((ApiToken { id, name: name.into(), created_at: now, expires_at, revoked_at: None }, secret))
     }
 
@@ -317,6 +302,31 @@ impl Store {
         let id: String = row.try_get("user_id")?;
         user_ref(&row, id)
     }
+}
+
+/// Insert a personal token, in a transaction or on the pool; its id and its secret, which
+/// only its hash is stored as.
+async fn insert_token<'e>(
+    executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    user_id: &str,
+    name: &str,
+    created_at: i64,
+    expires_at: i64,
+) -> StoreResult<(String, String)> {
+    let (id, secret) = (new_token()?, format!("wsync_{}", new_token()?));
+    sqlx::query(
+        "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&id)
+    .bind(user_id)
+    .bind(name)
+    .bind(hash_token(&secret))
+    .bind(created_at)
+    .bind(expires_at)
+    .execute(executor)
+    .await?;
+    Ok((id, secret))
 }
 
 /// What an identity provider's verified ID token says of a user.
