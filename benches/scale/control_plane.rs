@@ -73,7 +73,7 @@ async fn serve(database_url: &str) -> Result<(String, tokio::task::JoinHandle<()
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let url = format!("http://{}{RECONCILE_PATH}", listener.local_addr().map_err(|e| e.to_string())?);
     let server = tokio::spawn(async move {
-        axum::serve(listener, router(state)).await.ok();
+        axum::serve(listener, router(state, std::time::Duration::from_secs(60))).await.ok();
     });
     Ok((url, server))
 }

@@ -52,6 +52,8 @@ struct CachedToken {
 
 pub struct ControlPlaneClient {
     http: reqwest::Client,
+    tunnel_http: reqwest::Client,
+    tunnel_url: Url,
     reconcile_url: Url,
     prerequisites_url: Url,
     token_file: PathBuf,
@@ -88,12 +90,13 @@ impl ControlPlaneClient {
                 .join(path)
                 .map_err(|e| Error::ControlPlaneUrl { path: path.to_string(), reason: e.to_string() })
         };
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .https_only(!config.allow_insecure && config.base_url.scheme() == "https")
-            .user_agent(concat!("wsync-agent/", env!("CARGO_PKG_VERSION")));
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(config.connect_timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .https_only(!config.allow_insecure && config.base_url.scheme() == "https")
+                .user_agent(concat!("wsync-agent/", env!("CARGO_PKG_VERSION")))
+        };
         let ca_certificates = match &config.ca_file {
             Some(ca_file) => {
                 let unusable = |reason: String| Error::CaBundle { path: ca_file.display().to_string(), reason };
@@ -105,17 +108,24 @@ impl ControlPlaneClient {
         // The system's roots are needed only for https:// without a CA file of its own; an
         // image without a bundle must still reach an http:// control plane.
         let https = config.base_url.scheme() == "https";
-        builder = match (https, ca_certificates.is_empty()) {
-            (false, _) => builder.tls_certs_only([]),
-            (true, true) => builder,
-            (true, false) => builder.tls_certs_merge(ca_certificates),
+        let build = |builder: reqwest::ClientBuilder| {
+            let builder = match (https, ca_certificates.is_empty()) {
+                (false, _) => builder.tls_certs_only([]),
+                (true, true) => builder,
+                (true, false) => builder.tls_certs_merge(ca_certificates.iter().cloned()),
+            };
+            builder.build().map_err(|error| match (https, &config.ca_file) {
+                (true, None) => Error::NoTrustedRoots { url: config.base_url.to_string(), bundle: system_bundle() },
+                _ => Error::HttpClient(error),
+            })
         };
-        let http = builder.build().map_err(|error| match (https, &config.ca_file) {
-            (true, None) => Error::NoTrustedRoots { url: config.base_url.to_string(), bundle: system_bundle() },
-            _ => Error::HttpClient(error),
-        })?;
+        let http = build(builder().timeout(config.request_timeout))?;
+        // The tunnel is an HTTP/1.1 upgrade that lives for hours: no total timeout on it.
+        let tunnel_http = build(builder().http1_only())?;
         Ok(Self {
             http,
+            tunnel_http,
+            tunnel_url: join(crate::tunnel::TUNNEL_PATH)?,
             reconcile_url: join(&config.reconcile_path)?,
             prerequisites_url: join(&config.prerequisites_path)?,
             token_file: config.token_file.clone(),
@@ -195,6 +205,35 @@ impl ControlPlaneClient {
             .map_err(|e| self.classify(e))?;
         let body = self.read_body(response, StatusCode::OK).await?;
         serde_json::from_slice(&body).map_err(|e| ControlPlaneError::InvalidBody(e.to_string()))
+    }
+
+    /// Open the tunnel (#39): an HTTP/1.1 upgrade on the agent's token, answered within the
+    /// request timeout; the connection it leaves is the tunnel's.
+    pub async fn open_tunnel(&self) -> Result<reqwest::Upgraded, ControlPlaneError> {
+        let token = self.token()?;
+        let request = self
+            .tunnel_http
+            .get(self.tunnel_url.clone())
+            .bearer_auth(token)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, crate::tunnel::UPGRADE_PROTOCOL)
+            .send();
+        let response = tokio::time::timeout(self.request_timeout, request)
+            .await
+            .map_err(|_| ControlPlaneError::Timeout(self.request_timeout))?
+            .map_err(|e| self.classify(e))?;
+        let status = response.status();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            // Read as any refusal: a redirect, or the status with an excerpt of the body.
+            let read =
+                tokio::time::timeout(self.request_timeout, self.read_body(response, StatusCode::SWITCHING_PROTOCOLS));
+            let refused = ControlPlaneError::Status { status: status.as_u16(), body: String::new() };
+            return Err(read
+                .await
+                .map_or(ControlPlaneError::Timeout(self.request_timeout), |r| r.err().unwrap_or(refused)));
+        }
+        let upgraded = tokio::time::timeout(self.request_timeout, response.upgrade());
+        upgraded.await.map_err(|_| ControlPlaneError::Timeout(self.request_timeout))?.map_err(|e| self.classify(e))
     }
 
     /// The body, read chunk by chunk into one buffer and never past the cap. An error body is

@@ -69,6 +69,10 @@ pub struct Metrics {
     pub status_write_failures: Family<ReasonLabel, Counter>,
     /// 1 while the last status write failed.
     pub status_write_failing: Gauge,
+    /// 1 while this replica holds a tunnel to the control plane (#39).
+    pub tunnel_open: Gauge,
+    /// Streams the control plane asked for, by outcome: `opened`, or the refusal's label.
+    pub tunnel_streams: Family<ResultLabel, Counter>,
     registry: Registry,
     crd_present: AtomicBool,
     leading_cycle_done: AtomicBool,
@@ -92,10 +96,23 @@ impl Metrics {
         let workspace_failures = Family::<ReasonLabel, Counter>::default();
         let status_write_failures = Family::<ReasonLabel, Counter>::default();
         let status_write_failing = Gauge::default();
+        let tunnel_open = Gauge::default();
+        let tunnel_streams = Family::<ResultLabel, Counter>::default();
         // Every known label set starts at 0, so that a rate() sees the first increase and
         // dashboards show the series before anything happens.
         for result in ["success", "failure", "retry_failure", "stale"] {
             applies.get_or_create(&ResultLabel { result: result.into() }).inc_by(0);
+        }
+        for result in [
+            "opened",
+            "malformed",
+            "not_our_workspace",
+            "undeclared_port",
+            "no_pod",
+            "forbidden_address",
+            "dial_failed",
+        ] {
+            tunnel_streams.get_or_create(&ResultLabel { result: result.into() }).inc_by(0);
         }
         for reason in crate::protocol::failure_reason::FailureReason::ALL {
             workspace_failures.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc_by(0);
@@ -156,6 +173,16 @@ impl Metrics {
             sync_interval.clone(),
         );
         registry.register("leader", "1 while this replica holds the Lease", leader.clone());
+        registry.register(
+            "tunnel_open",
+            "1 while this replica holds a tunnel to the control plane",
+            tunnel_open.clone(),
+        );
+        registry.register(
+            "tunnel_streams",
+            "Streams the control plane asked the tunnel for, by outcome (opened, or why refused)",
+            tunnel_streams.clone(),
+        );
         Arc::new(Self {
             cycles,
             cycle_duration,
@@ -172,6 +199,8 @@ impl Metrics {
             workspace_failures,
             status_write_failures,
             status_write_failing,
+            tunnel_open,
+            tunnel_streams,
             registry,
             crd_present: AtomicBool::new(false),
             leading_cycle_done: AtomicBool::new(false),

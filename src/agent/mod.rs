@@ -17,6 +17,7 @@ pub mod objects;
 pub mod policy;
 pub mod retry;
 pub mod sync;
+pub mod tunnel;
 
 use crate::protocol::ImagePullSecret;
 use crate::protocol::inventory::DEFAULT_WORKSPACE_LABEL_KEY;
@@ -168,6 +169,10 @@ pub struct AgentArgs {
     #[arg(long, env = "WSYNC_ALLOWED_KINDS", value_delimiter = ',',
           default_values_t = DEFAULT_ALLOWED_KINDS.iter().map(|k| k.to_string()))]
     pub allowed_kinds: Vec<String>,
+
+    /// Hold the tunnel the control plane opens workspaces' ports through (#39) while leading.
+    #[arg(long, env = "WSYNC_TUNNEL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub tunnel: bool,
 }
 
 /// Run the agent until SIGTERM or Ctrl-C. Only the holder of the Lease syncs; losing it stops
@@ -369,6 +374,9 @@ async fn lead(
         pods_ctx.parts.cluster.watch_pods(failures, index, grace).await
     });
     let crd_watcher = tokio::spawn(controller::watch_crd(ctx.clone()));
+    let tunnel_cluster = || Cluster::new(client.clone(), cluster_config(args));
+    let tunnel = args.tunnel.then(|| tunnel::start(tunnel_cluster(), &control_plane_config(args), &ctx.parts.metrics));
+    let tunnel = tunnel.transpose()?;
     let (graceful_tx, graceful_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = async move {
         let _ = graceful_rx.await;
@@ -387,5 +395,6 @@ async fn lead(
     cache_watcher.abort();
     pod_watcher.abort();
     crd_watcher.abort();
+    tunnel.inspect(tokio::task::JoinHandle::abort);
     Ok(())
 }

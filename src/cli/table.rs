@@ -65,6 +65,8 @@ mod tests {
             agent_config: crate::control_plane::decisions::agent_config::AgentConfig::before_settings().into(),
             owner: None,
             owner_id: None,
+            last_activity_at: None,
+            endpoints: Vec::new(),
         };
         let out = table(&[workspace], 0);
         assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");

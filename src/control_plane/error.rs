@@ -22,6 +22,8 @@ pub enum Error {
     Tls(String),
     #[error("{0}")]
     PublicUrl(String),
+    #[error("{0}")]
+    WorkspacesDomain(String),
     #[error("identity provider: {0}")]
     IdentityProvider(String),
     #[error(
@@ -43,6 +45,7 @@ impl Error {
             Error::Serve(_) => "ServeFailed",
             Error::Tls(_) => "TlsUnusable",
             Error::PublicUrl(_) => "InvalidPublicUrl",
+            Error::WorkspacesDomain(_) => "InvalidWorkspacesDomain",
             Error::IdentityProvider(_) => "IdentityProviderUnusable",
             Error::InsecureListen { .. } => "InsecureListen",
         }

@@ -177,6 +177,26 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_TUNNEL_RECHECK", default_value = "30s", value_parser = parse_duration)]
     pub tunnel_recheck: std::time::Duration,
 
+    /// The domain whose wildcard points at this control plane: port P of workspace W of
+    /// agent A is served at `P-W-<tag of A>.<domain>` (#39), e.g. `workspaces.example.com`
+    /// (TLS from a wildcard certificate given with --tls-cert-file), or `ws.localhost` on one
+    /// machine. Without it, workspaces are not opened through the control plane.
+    #[arg(long, env = "WSYNC_WORKSPACES_DOMAIN")]
+    pub workspaces_domain: Option<String>,
+
+    /// Streams to workspaces one user may hold open at once, in this process (requests in
+    /// flight, WebSockets, SSH and port-forward connections).
+    #[arg(long, env = "WSYNC_STREAMS_PER_USER", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub streams_per_user: u32,
+
+    /// Streams one workspace may have open at once, in this process.
+    #[arg(long, env = "WSYNC_STREAMS_PER_WORKSPACE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub streams_per_workspace: u32,
+
+    /// A stream to a workspace that moves no byte either way for this long is closed.
+    #[arg(long, env = "WSYNC_STREAM_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration)]
+    pub stream_idle_timeout: std::time::Duration,
+
     /// How long the audit trail keeps an entry; older ones are pruned every hour.
     #[arg(long, env = "WSYNC_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: std::time::Duration,
@@ -251,10 +271,23 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         None => format!("{scheme}://{}", args.listen),
     };
     let identity_provider = identity_provider(&args, &own_origin)?;
+    let workspace_hosts = match &args.workspaces_domain {
+        Some(domain) => {
+            let limits = http::workspace_access::StreamLimits::new(
+                usize::try_from(args.streams_per_user).unwrap_or(usize::MAX),
+                usize::try_from(args.streams_per_workspace).unwrap_or(usize::MAX),
+                args.stream_idle_timeout.max(std::time::Duration::from_secs(1)),
+            );
+            let hosts = http::workspace_access::WorkspaceHosts::new(domain, &own_origin, limits, store.clone());
+            Some(Arc::new(hosts.map_err(Error::WorkspacesDomain)?))
+        }
+        None => None,
+    };
     let state = Arc::new(http::AppState {
         identity_provider,
         audit_retention_ms: millis(args.audit_retention),
         tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
+        workspace_hosts,
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,
@@ -279,7 +312,6 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let options = http::server::ServeOptions {
         tls,
         header_timeout: args.header_timeout,
-        body_timeout: args.body_timeout,
         http2_idle_timeout: args.http2_idle_timeout,
         limits: http::connection_limits::Limits {
             max_connections: args.max_connections,
@@ -294,7 +326,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         ],
         trusted_proxies: args.trusted_proxies.clone(),
     };
-    http::server::serve(listener, http::router(state), options, shutdown_signal()).await
+    http::server::serve(listener, http::router(state, args.body_timeout), options, shutdown_signal()).await
 }
 
 /// The identity provider `--oidc-*` configure, if any. Its discovery waits for the first

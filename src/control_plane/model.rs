@@ -40,6 +40,22 @@ pub struct Workspace {
     /// None when its owner matched no user: then it is the admins' alone.
     #[serde(default)]
     pub owner_id: Option<String>,
+    /// When it was last used through its hosts, the CLI's port forwarding or SSH (#39), in
+    /// milliseconds; written at most once a minute.
+    #[serde(default)]
+    pub last_activity_at: Option<i64>,
+    /// Its declared ports and where each is opened (#39): filled by the web layer as it
+    /// answers, never stored.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One declared port of a workspace, and its URL when `--workspaces-domain` names a domain.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub port: u16,
+    pub url: Option<String>,
 }
 
 fn settings_before_they_existed() -> std::sync::Arc<crate::control_plane::decisions::agent_config::AgentConfig> {
@@ -76,6 +92,8 @@ impl Workspace {
             agent_config,
             owner: new.owner,
             owner_id: new.owner_id,
+            last_activity_at: None,
+            endpoints: Vec::new(),
         }
     }
 }

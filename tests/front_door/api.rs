@@ -32,7 +32,7 @@ async fn serve() -> Server {
     let state = Arc::new(AppState::new(store, pipeline, AdminCredential::token(ADMIN)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.ok() });
+    tokio::spawn(async move { axum::serve(listener, router(state, std::time::Duration::from_secs(60))).await.ok() });
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     Server { url, http, _dir: dir }
 }

@@ -21,6 +21,7 @@ mod sign_in_limits;
 mod sign_in_oidc;
 mod transport;
 mod tunnel;
+mod workspace_hosts;
 
 pub fn http() -> reqwest::Client {
     wsync::runtime::install_crypto_provider();

@@ -1,6 +1,7 @@
 //! The sync loop's own Kubernetes calls: its WorkspaceSyncStatus, the workspace Deployments'
 //! watch and LIST, and Events. The applier's calls are its own (`agent::apply`).
 
+pub mod endpoints;
 pub mod events;
 pub mod lease;
 pub mod ledger_object;

@@ -4,8 +4,10 @@
 //! link-local or metadata address, whatever the Pods' status says. A hostile control plane
 //! gains nothing from the tunnel but the workspaces' declared ports.
 
+use crate::agent::sync::pod_failures::owning_deployment;
 use crate::agent::sync::workspace::WorkspaceKey;
 use crate::tunnel::{OpenStream, StreamRefusal};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerPort, Pod, PodTemplateSpec, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeSet;
@@ -22,6 +24,33 @@ pub struct WorkspaceEndpoints {
     pub declared_ports: BTreeSet<u16>,
     /// The addresses of its Pods that are Ready, not on the host's network.
     pub pod_addresses: Vec<IpAddr>,
+}
+
+impl WorkspaceEndpoints {
+    /// What a stream may reach of one workspace, from what the cluster holds: its Deployment
+    /// (`ours`: it and its namespace are the agent's, as the apply rules judge), the
+    /// Services of its namespace (those selecting its Pods count) and the Pods of its
+    /// namespace (those its Deployment owns count).
+    pub fn read(key: WorkspaceKey, ours: bool, deployment: &Deployment, services: &[Service], pods: &[Pod]) -> Self {
+        let none = PodTemplateSpec::default();
+        let template = deployment.spec.as_ref().map_or(&none, |s| &s.template);
+        let template_labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        let selects_ours = |service: &&Service| {
+            let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+            selector.is_some_and(|selector| {
+                !selector.is_empty() && selector.iter().all(|(k, v)| template_labels.and_then(|l| l.get(k)) == Some(v))
+            })
+        };
+        let services: Vec<Service> = services.iter().filter(selects_ours).cloned().collect();
+        let owned = |pod: &&Pod| {
+            let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            pod.metadata.namespace.as_deref() == Some(key.namespace())
+                && owning_deployment(owners, &labels).as_deref() == Some(key.name())
+        };
+        let pods: Vec<Pod> = pods.iter().filter(owned).cloned().collect();
+        Self { declared_ports: declared_ports(template, &services), pod_addresses: pod_addresses(&pods), ours, key }
+    }
 }
 
 /// Addresses the agent never dials, whatever a Pod's status claims: its own, the nodes', the

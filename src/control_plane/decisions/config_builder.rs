@@ -15,6 +15,9 @@ use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION
 use crate::protocol::{DesiredState, ImagePullSecret};
 use serde_json::{Value, json};
 
+/// The ports every workspace declares, by name: its IDE's. (Devfiles will declare more.)
+pub const DECLARED_PORTS: [(&str, u16); 1] = [("ide", 8080)];
+
 /// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
 pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;
 
@@ -126,7 +129,7 @@ pub fn build(
     let mut container = json!({
         "name": "workspace",
         "image": workspace.image,
-        "ports": [{ "containerPort": 8080, "name": "ide", "protocol": "TCP" }],
+        "ports": DECLARED_PORTS.iter().map(|(name, port)| json!({ "containerPort": port, "name": name, "protocol": "TCP" })).collect::<Vec<_>>(),
         "volumeMounts": [{ "mountPath": "/home/workspace", "name": "home" }],
     });
     if !env.is_empty() {
@@ -173,7 +176,7 @@ pub fn build(
             "metadata": member_meta(&workspace.name),
             "spec": {
                 "selector": selector,
-                "ports": [{ "name": "ide", "port": 80, "protocol": "TCP", "targetPort": 8080 }],
+                "ports": [{ "name": "ide", "port": 80, "protocol": "TCP", "targetPort": DECLARED_PORTS[0].1 }],
             },
         }),
         json!({

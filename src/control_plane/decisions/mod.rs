@@ -9,3 +9,4 @@ pub mod config_builder;
 pub mod hints;
 pub mod pipeline;
 pub mod rules;
+pub mod workspace_hosts;

@@ -3,7 +3,7 @@
 //! that does not exist. Orphans are the admins'.
 
 use super::actions::{self, set_desired, settle_orphan};
-use super::callers::{Admin, Asking, visible_workspace};
+use super::callers::{Admin, Asking, shown, visible_workspace};
 use super::state::{ApiResult, AppState, PageQuery, bad_request, exists, parse};
 use super::validation::url_part;
 use crate::control_plane::model::NewWorkspace;
@@ -45,6 +45,7 @@ async fn list_workspaces(
     exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
     let workspaces = state.store.workspaces_page(&agent, &page.after, limit, caller.listing_scope()).await?;
+    let workspaces: Vec<_> = workspaces.into_iter().map(|w| shown(&state, w)).collect();
     let next = workspaces.last().filter(|_| workspaces.len() == limit).map(|last| {
         format!("/api/v1/agents/{}/workspaces?after={}&limit={limit}", url_part(&agent), url_part(&last.name))
     });
@@ -65,6 +66,7 @@ async fn my_workspaces(
     let limit = page.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE);
     let after = page.after.split_once('/').unwrap_or((page.after.as_str(), ""));
     let workspaces = state.store.workspaces_of(&user.id, after, limit).await?;
+    let workspaces: Vec<_> = workspaces.into_iter().map(|w| shown(&state, w)).collect();
     let next = workspaces.last().filter(|_| workspaces.len() == limit).map(|last| {
         format!("/api/v1/workspaces?after={}%2F{}&limit={limit}", url_part(&last.agent_id), url_part(&last.name))
     });
@@ -81,7 +83,7 @@ async fn create_workspace(
     exists(&state, &agent).await?;
     let new: NewWorkspace = parse(&body)?;
     let workspace = actions::create_workspace(&state, &caller, state.client(&extensions), &agent, new).await?;
-    Ok((StatusCode::CREATED, Json(workspace)).into_response())
+    Ok((StatusCode::CREATED, Json(shown(&state, workspace))).into_response())
 }
 
 async fn get_workspace(
@@ -99,7 +101,7 @@ async fn workspace_action(
     Path(target): Path<(String, String, String)>,
 ) -> ApiResult {
     let client = state.client(&extensions);
-    Ok(Json(set_desired(&state, &caller, client, target).await?).into_response())
+    Ok(Json(shown(&state, set_desired(&state, &caller, client, target).await?)).into_response())
 }
 
 async fn list_orphans(_: Admin, State(state): State<Arc<AppState>>, Path(agent): Path<String>) -> ApiResult {

@@ -3,7 +3,7 @@
 
 use super::state::{ApiError, AppState, bearer, not_found, unauthorized};
 use crate::control_plane::decisions::access::Caller;
-use crate::control_plane::model::{AuditEvent, Workspace};
+use crate::control_plane::model::{AuditEvent, Endpoint, Workspace};
 use crate::protocol::ErrorBody;
 use axum::Json;
 use axum::http::StatusCode;
@@ -79,9 +79,24 @@ pub async fn visible_workspace(
     name: &str,
 ) -> Result<Workspace, ApiError> {
     match state.store.workspace(agent, name).await? {
-        Some(workspace) if caller.may_see(workspace.owner_id.as_deref()) => Ok(workspace),
+        Some(workspace) if caller.may_see(workspace.owner_id.as_deref()) => Ok(shown(state, workspace)),
         _ => Err(no_workspace(agent, name)),
     }
+}
+
+/// The workspace as the API and the page show it: with its declared ports and their URLs.
+pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
+    use crate::control_plane::decisions::config_builder::DECLARED_PORTS;
+    let hosts = state.workspace_hosts.as_deref();
+    workspace.endpoints = DECLARED_PORTS
+        .iter()
+        .map(|(name, port)| Endpoint {
+            name: (*name).to_string(),
+            port: *port,
+            url: hosts.map(|hosts| hosts.url(&workspace.agent_id, &workspace.name, *port)),
+        })
+        .collect();
+    workspace
 }
 
 /// What an audit entry is about.

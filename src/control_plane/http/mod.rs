@@ -21,6 +21,10 @@ pub mod tunnels;
 pub mod ui;
 pub mod ui_people;
 pub mod validation;
+pub mod workspace_access;
+pub mod workspace_proxy;
+pub mod workspace_relay;
+pub mod workspace_sign_in;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -31,8 +35,9 @@ pub use state::{AdminCredential, AppState, MAX_MANAGEMENT_BODY_BYTES};
 use std::sync::Arc;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-/// Every route of the control plane, each kind behind what guards it.
-pub fn router(state: Arc<AppState>) -> Router {
+/// Every route of the control plane, each kind behind what guards it; and, when
+/// `--workspaces-domain` names one, the workspaces' hosts, which reach none of them.
+pub fn router(state: Arc<AppState>, body_timeout: std::time::Duration) -> Router {
     let agents = agent_endpoints::router(&state);
     let management = api::router()
         .merge(agents_api::router())
@@ -43,10 +48,34 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(page::router(state.clone()))
         .merge(page_people::router(state.clone()))
         .merge(sign_in_oidc::router(state.clone()))
+        .merge(workspace_sign_in::router(state.clone()))
         // Every body but a reconcile's (read by hand, after its token) is small.
-        .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES));
+        .layer(DefaultBodyLimit::max(MAX_MANAGEMENT_BODY_BYTES))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout));
     for (name, value) in SECURITY_HEADERS {
         app = app.layer(SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value)));
     }
-    app.with_state(state)
+    let control_plane = app.with_state(state.clone());
+    if state.workspace_hosts.is_none() {
+        return control_plane;
+    }
+    // A workspace's requests stream for as long as they last: no body limit or timeout but
+    // the stream's idle timeout, and none of the control plane's headers.
+    Router::new().fallback_service(tower::service_fn(move |request: axum::extract::Request| {
+        let (state, control_plane) = (state.clone(), control_plane.clone());
+        async move {
+            let host = request
+                .uri()
+                .authority()
+                .map(|a| a.as_str())
+                .or_else(|| request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()));
+            let workspaces =
+                state.workspace_hosts.as_ref().is_some_and(|h| host.is_some_and(|host| h.domain.covers(host)));
+            if workspaces {
+                Ok(workspace_proxy::serve(state, request).await)
+            } else {
+                tower::ServiceExt::oneshot(control_plane, request).await
+            }
+        }
+    }))
 }

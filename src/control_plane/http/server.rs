@@ -29,8 +29,6 @@ pub struct ServeOptions {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// From a connection's first byte, or the end of its last answer, to a whole request head.
     pub header_timeout: Duration,
-    /// From the head to the last byte of the body.
-    pub body_timeout: Duration,
     /// An HTTP/2 connection with no request open for this long is closed with a GOAWAY.
     pub http2_idle_timeout: Duration,
     /// Who may hold connections and requests ([`ConnectionLimits`]).
@@ -69,7 +67,6 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(options.body_timeout));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(options.header_timeout));
     // HTTP/1 served by hyper's own builder: with upgrades (an agent's tunnel), and still with

@@ -54,6 +54,8 @@ pub struct AppState {
     pub tunnels: super::tunnels::Tunnels,
     /// How often a tunnel's token is checked again.
     pub tunnel_recheck: std::time::Duration,
+    /// The workspaces' hosts, when `--workspaces-domain` names their domain.
+    pub workspace_hosts: Option<Arc<super::workspace_access::WorkspaceHosts>>,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -81,6 +83,7 @@ impl AppState {
             audit_retention_ms: 90 * 86_400_000,
             tunnels: super::tunnels::Tunnels::default(),
             tunnel_recheck: std::time::Duration::from_secs(30),
+            workspace_hosts: None,
         }
     }
 

@@ -145,6 +145,11 @@ impl Store {
     /// The live session a cookie names, if any: a disabled or deleted user's is none, at once,
     /// and so is one opened with a personal token that is revoked or expired.
     pub async fn session(&self, cookie: &str) -> StoreResult<Option<Session>> {
+        self.session_by_hash(&hash_token(cookie)).await
+    }
+
+    /// [`Store::session`], by the hash of its cookie.
+    pub(super) async fn session_by_hash(&self, session_hash: &str) -> StoreResult<Option<Session>> {
         let now = self.clock.now();
         let sql = format!(
             "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, {}, t.id AS token_id, \
@@ -155,7 +160,7 @@ impl Store {
             role_column(3)
         );
         let row = sqlx::query(&sql)
-            .bind(hash_token(cookie))
+            .bind(session_hash)
             .bind(now)
             .bind(now.saturating_sub(PROVIDER_ROLE_FRESH_MS))
             .fetch_optional(&self.pool)

@@ -1,0 +1,170 @@
+//! One request to a workspace, through one tunnel stream (#39): HTTP/1.1 to the workspace's
+//! port, through hyper's client, the body streamed both ways (nothing buffered whole), and a
+//! WebSocket or any other upgrade spliced both ways once the workspace agrees. Backpressure
+//! holds end to end: hyper reads the next chunk only when the last was taken, and the
+//! tunnel's windows and queues do the rest.
+
+use super::workspace_access::{Watch, Watched};
+use crate::tunnel::transport::TunnelStream;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+
+/// Headers of one hop, never passed on (RFC 9110 §7.6.1), besides those `Connection` names.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// What the workspace is told of the request it is passed.
+pub struct Forwarded<'a> {
+    pub host: &'a str,
+    pub scheme: &'static str,
+    pub client: std::net::IpAddr,
+    /// The host's own cookie, taken out.
+    pub cookie: &'a str,
+}
+
+/// The request's cookies without the host's own: what the workspace is sent.
+fn cookies_for_workspace(headers: &HeaderMap, name: &str) -> Option<HeaderValue> {
+    let pairs = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';'));
+    let kept: Vec<&str> =
+        pairs.map(str::trim).filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(name)).collect();
+    if kept.is_empty() { None } else { HeaderValue::from_str(&kept.join("; ")).ok() }
+}
+
+/// Pass `request` to the workspace through `stream`, and its answer back.
+pub async fn forward(stream: TunnelStream, mut request: Request, forwarded: &Forwarded<'_>, watch: Watch) -> Response {
+    let upgrade = upgrade_asked(request.headers());
+    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
+    prepare(&mut request, forwarded, upgrade);
+    let (io, moved) = Watched::new(stream);
+    let (mut sender, connection) =
+        match hyper::client::conn::http1::Builder::new().handshake::<_, Body>(TokioIo::new(io)).await {
+            Ok(handshake) => handshake,
+            Err(error) => return bad_gateway(&error),
+        };
+    let watching = watch.clone();
+    let idle = moved.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            ended = connection.with_upgrades() => if let Err(error) = ended {
+                tracing::debug!(%error, "a workspace stream ended with an error");
+            },
+            () = watching.until_idle(idle) => tracing::debug!("closed a workspace stream idle past the limit"),
+        }
+    });
+    let mut response = match sender.send_request(request).await {
+        Ok(response) => response,
+        Err(error) => return bad_gateway(&error),
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_upgrade) = client_upgrade else {
+            return bad_gateway(&"the workspace switched protocols unasked");
+        };
+        let workspace_upgrade = hyper::upgrade::on(&mut response);
+        tokio::spawn(splice(client_upgrade, workspace_upgrade, watch, moved));
+        let (parts, _) = response.into_parts();
+        return Response::from_parts(parts, Body::empty());
+    }
+    strip_hop_by_hop(response.headers_mut(), false);
+    response.map(Body::new)
+}
+
+/// The `Upgrade` a request asks for (a WebSocket's, say), when it asks for one.
+fn upgrade_asked(headers: &HeaderMap) -> Option<HeaderValue> {
+    let connection = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    let asks = connection.flat_map(|v| v.split(',')).any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()
+}
+
+/// The request as the workspace gets it: HTTP/1.1 in origin form, its own Host, the client
+/// in `X-Forwarded-*`, no hop-by-hop header and no host cookie.
+fn prepare(request: &mut Request, forwarded: &Forwarded<'_>, upgrade: Option<HeaderValue>) {
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    if let Ok(uri) = path.parse() {
+        *request.uri_mut() = uri;
+    }
+    *request.version_mut() = Version::HTTP_11;
+    let headers = request.headers_mut();
+    let authority = headers.get(header::HOST).cloned();
+    strip_hop_by_hop(headers, true);
+    match cookies_for_workspace(headers, forwarded.cookie) {
+        Some(cookies) => headers.insert(header::COOKIE, cookies),
+        None => headers.remove(header::COOKIE),
+    };
+    let host = authority.or_else(|| HeaderValue::from_str(forwarded.host).ok());
+    if let Some(host) = host {
+        headers.insert(header::HOST, host.clone());
+        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    }
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(forwarded.scheme));
+    if let Ok(client) = HeaderValue::from_str(&forwarded.client.to_string()) {
+        headers.insert(HeaderName::from_static("x-forwarded-for"), client);
+    }
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade);
+    }
+}
+
+/// Remove one hop's headers: the fixed ones, those `Connection` names, and `Upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, request: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(&named) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+    if request {
+        // Ours: a client's own would claim an address or a scheme of its choosing.
+        for name in ["x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded"] {
+            headers.remove(name);
+        }
+    }
+}
+
+/// Both upgraded connections, spliced until either ends or the stream is idle past the limit.
+async fn splice(
+    client: hyper::upgrade::OnUpgrade,
+    workspace: hyper::upgrade::OnUpgrade,
+    watch: Watch,
+    moved: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let (client, workspace) = match tokio::try_join!(client, workspace) {
+        Ok(both) => both,
+        Err(error) => return tracing::debug!(%error, "an upgrade through a workspace host failed"),
+    };
+    let (mut client, mut workspace) = (TokioIo::new(client), TokioIo::new(workspace));
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut workspace) => if let Err(error) = copied {
+            tracing::debug!(%error, "an upgraded workspace connection ended with an error");
+        },
+        () = watch.until_idle(moved) => tracing::debug!("closed an upgraded workspace connection idle past the limit"),
+    }
+}
+
+fn bad_gateway(error: &dyn std::fmt::Display) -> Response {
+    tracing::info!(%error, "a workspace did not answer through its stream");
+    let body = "<!doctype html><title>wsync: workspace unreachable</title><h1>Workspace unreachable</h1>\
+                <p>The workspace's port closed the connection without an answer.</p>";
+    let mut response =
+        (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response();
+    for (name, value) in super::front_door::SECURITY_HEADERS {
+        response.headers_mut().insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
