@@ -1,11 +1,13 @@
 -- Opening a workspace (#39). A browser signed in to the control plane is handed a one-time
--- code for one workspace host; the host trades it for a session of its own, which lives no
+-- code for one workspace host, bound to a state the host gave that browser in a cookie (so a
+-- code cannot be planted in another browser); the host trades it for a session of its own, which lives no
 -- longer than the page session it came from (signing out, a disabled user or a revoked
 -- token end both). Each workspace's last activity through its hosts, the CLI or SSH.
 CREATE TABLE IF NOT EXISTS workspace_host_codes (
     code_hash TEXT PRIMARY KEY,
     host TEXT NOT NULL,
     page_session_hash TEXT NOT NULL,
+    state_hash TEXT NOT NULL,
     next_path TEXT NOT NULL,
     expires_at BIGINT NOT NULL
 );

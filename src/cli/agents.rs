@@ -1,6 +1,6 @@
 //! `wsync agents …`: register agents, their tokens, pull secrets and workspace settings.
 
-use super::{Error, Output, Result, ServerArgs, call, segment};
+use super::client::{Error, Output, Result, ServerArgs, call, segment};
 use crate::protocol::ImagePullSecret;
 use std::path::PathBuf;
 

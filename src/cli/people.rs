@@ -1,7 +1,7 @@
 //! `wsync users …`, `wsync tokens …`, `wsync audit` and `wsync whoami`: people, their tokens
 //! and the audit trail, through the control plane's JSON API.
 
-use super::{Error, Output, Result, ServerArgs, call, segment};
+use super::client::{Error, Output, Result, ServerArgs, call, segment};
 use crate::terminal::printable;
 use serde_json::Value;
 

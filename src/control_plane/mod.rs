@@ -173,7 +173,8 @@ pub struct ControlPlaneArgs {
     pub oidc_admin_group: Option<String>,
 
     /// How often an agent's tunnel checks that the token it opened with still signs for the
-    /// agent: a revoked or rotated-out token closes it within this.
+    /// agent, and a stream to a workspace that its caller still may open it: a revoked token,
+    /// a sign-out or a disabled user closes them within this.
     #[arg(long, env = "WSYNC_TUNNEL_RECHECK", default_value = "30s", value_parser = parse_duration)]
     pub tunnel_recheck: std::time::Duration,
 
@@ -271,23 +272,24 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         None => format!("{scheme}://{}", args.listen),
     };
     let identity_provider = identity_provider(&args, &own_origin)?;
-    let workspace_hosts = match &args.workspaces_domain {
-        Some(domain) => {
-            let limits = http::workspace_access::StreamLimits::new(
-                usize::try_from(args.streams_per_user).unwrap_or(usize::MAX),
-                usize::try_from(args.streams_per_workspace).unwrap_or(usize::MAX),
-                args.stream_idle_timeout.max(std::time::Duration::from_secs(1)),
-            );
-            let hosts = http::workspace_access::WorkspaceHosts::new(domain, &own_origin, limits, store.clone());
-            Some(Arc::new(hosts.map_err(Error::WorkspacesDomain)?))
-        }
-        None => None,
+    let workspace_hosts =
+        args.workspaces_domain.as_deref().map(|d| http::workspace_access::WorkspaceHosts::new(d, &own_origin));
+    let workspace_hosts = workspace_hosts.transpose().map_err(Error::WorkspacesDomain)?.map(Arc::new);
+    let streams = http::workspace_access::WorkspaceStreams {
+        limits: http::workspace_access::StreamLimits::new(
+            usize::try_from(args.streams_per_user).unwrap_or(usize::MAX),
+            usize::try_from(args.streams_per_workspace).unwrap_or(usize::MAX),
+            args.stream_idle_timeout.max(std::time::Duration::from_secs(1)),
+        ),
+        activity: http::workspace_access::Activity::new(store.clone()),
+        recheck_every: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
     };
     let state = Arc::new(http::AppState {
         identity_provider,
         audit_retention_ms: millis(args.audit_retention),
         tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
         workspace_hosts,
+        streams: Arc::new(streams),
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,
@@ -325,6 +327,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
             crate::tunnel::TUNNEL_PATH.to_string(),
         ],
         trusted_proxies: args.trusted_proxies.clone(),
+        workspaces_domain: state.workspace_hosts.as_ref().map(|hosts| hosts.domain.clone()),
     };
     http::server::serve(listener, http::router(state, args.body_timeout), options, shutdown_signal()).await
 }

@@ -31,8 +31,9 @@ pub const OPEN_HEADER: &str = "wsync-open-stream";
 /// The header of a refusal: its label.
 pub const REFUSAL_HEADER: &str = "wsync-stream-refused";
 /// Streams open at once on one tunnel, at most: each holds a few chunks, a read buffer and a
-/// socket on the agent.
-pub const MAX_STREAMS: u32 = 256;
+/// socket on the agent. Above the control plane's default streams per user (512) and per
+/// workspace (256), so no one user fills an agent's tunnel.
+pub const MAX_STREAMS: u32 = 2048;
 /// What one read moves, and how many such chunks may wait in a direction's queue.
 const CHUNK: usize = 16 * 1024;
 const QUEUED_CHUNKS: usize = 4;

@@ -143,6 +143,8 @@ pub fn agent_command(deployment: &Value, namespace: &str, token_file: &std::path
         let value = match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
             Some("metadata.namespace") => namespace.to_string(),
             Some("metadata.name") => "chart-agent-0".to_string(),
+            // The agent runs on this host: its own and its node's address are loopback's.
+            Some("status.podIP" | "status.hostIP") => "127.0.0.1".to_string(),
             Some(other) => panic!("an unexpected field {other}"),
             None if name == "WSYNC_TOKEN_FILE" => token_file.display().to_string(),
             None => var["value"].as_str().expect("a value").to_string(),

@@ -21,7 +21,9 @@ mod sign_in_limits;
 mod sign_in_oidc;
 mod transport;
 mod tunnel;
+mod workspace_cli;
 mod workspace_hosts;
+mod workspace_support;
 
 pub fn http() -> reqwest::Client {
     wsync::runtime::install_crypto_provider();

@@ -7,190 +7,23 @@
 
 use super::people::create_user;
 use super::support::ControlPlaneProcess;
-use super::{http, post_sign_in, sqlite};
-use axum::body::Body;
-use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use super::workspace_support::*;
+use super::{http, sqlite};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wsync::tunnel::transport::serve_streams;
-use wsync::tunnel::{OpenStream, StreamRefusal, TUNNEL_PATH, UPGRADE_PROTOCOL};
-
-const DOMAIN: &str = "ws.localhost";
-
-/// The server standing for the workspace's Pod: echoes what it was sent, streams a large
-/// answer, counts an upload, and switches to an echo protocol on `Upgrade: echo`.
-async fn workspace_server() -> SocketAddr {
-    async fn answer(request: Request) -> Response {
-        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        match request.uri().path() {
-            "/big" => {
-                let chunks = (0..512).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![7u8; 16 * 1024])));
-                Body::from_stream(futures::stream::iter(chunks)).into_response()
-            }
-            "/upload" => {
-                let body = axum::body::to_bytes(request.into_body(), 64 << 20).await.unwrap_or_default();
-                body.len().to_string().into_response()
-            }
-            "/echo" if header("upgrade") == "echo" => {
-                let upgrade = hyper::upgrade::on(request);
-                tokio::spawn(async move {
-                    let mut io = hyper_util::rt::TokioIo::new(upgrade.await.expect("upgraded"));
-                    let mut buffer = [0u8; 1024];
-                    while let Ok(n) = io.read(&mut buffer).await {
-                        if n == 0 || io.write_all(&buffer[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                Response::builder()
-                    .status(101)
-                    .header("connection", "upgrade")
-                    .header("upgrade", "echo")
-                    .body(Body::empty())
-                    .unwrap()
-            }
-            path => axum::Json(json!({
-                "path": path,
-                "query": request.uri().query(),
-                "host": header("host"),
-                "cookie": header("cookie"),
-                "authorization": header("authorization"),
-                "forwarded_for": header("x-forwarded-for"),
-                "forwarded_proto": header("x-forwarded-proto"),
-            }))
-            .into_response(),
-        }
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, axum::Router::new().fallback(answer)).await });
-    address
-}
-
-/// The agent's end of the tunnel, as the test plays it: every stream is dialled to `pod`,
-/// and what was asked is kept.
-async fn agent_tunnel(control_plane: &ControlPlaneProcess, token: &str, pod: SocketAddr) -> Tunnel {
-    wsync::runtime::install_crypto_provider();
-    let client = reqwest::Client::builder().http1_only().build().unwrap();
-    let answer = client
-        .get(format!("{}{TUNNEL_PATH}", control_plane.url))
-        .bearer_auth(token)
-        .header("upgrade", UPGRADE_PROTOCOL)
-        .header("connection", "upgrade")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status().as_u16(), 101);
-    let upgraded = answer.upgrade().await.unwrap();
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let kept = asked.clone();
-    let task = tokio::spawn(async move {
-        // As the agent's gate: only the declared port.
-        let dial = move |open: OpenStream| {
-            let port = open.port;
-            kept.lock().unwrap().push(open);
-            async move {
-                if port != 8080 {
-                    return Err(StreamRefusal::UndeclaredPort(port));
-                }
-                tokio::net::TcpStream::connect(pod).await.map_err(|e| StreamRefusal::DialFailed(e.to_string()))
-            }
-        };
-        let _ = serve_streams(upgraded, dial).await;
-    });
-    // The control plane holds it once its handshake is done.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Tunnel { asked, task }
-}
-
-struct Tunnel {
-    asked: Arc<Mutex<Vec<OpenStream>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// A browser without a cookie jar: the hosts under the domain resolve to the control plane.
-fn browser(control_plane: &ControlPlaneProcess, hosts: &[&str]) -> reqwest::Client {
-    wsync::runtime::install_crypto_provider();
-    let address: SocketAddr = control_plane.url.trim_start_matches("http://").parse().unwrap();
-    let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
-    for host in hosts {
-        builder = builder.resolve(host, address);
-    }
-    builder.build().unwrap()
-}
-
-fn location(answer: &reqwest::Response) -> String {
-    answer.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
-}
-
-fn set_cookie(answer: &reqwest::Response) -> String {
-    answer.headers().get("set-cookie").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
-}
-
-/// The value of the first cookie a Set-Cookie sets.
-fn cookie_pair(set_cookie: &str) -> String {
-    set_cookie.split(';').next().unwrap_or_default().to_string()
-}
-
-/// Signed in on the control plane's page with `token`: the session cookie's pair.
-async fn page_session(control_plane: &ControlPlaneProcess, token: &str) -> String {
-    let answer = post_sign_in(control_plane, token).await;
-    assert_eq!(answer.status(), StatusCode::SEE_OTHER);
-    cookie_pair(&set_cookie(&answer))
-}
-
-/// Ask the control plane for a code to `url`'s host with a page session: where it sends the
-/// browser.
-async fn code_for(
-    browser: &reqwest::Client,
-    control_plane: &ControlPlaneProcess,
-    host: &str,
-    session: &str,
-) -> reqwest::Response {
-    browser
-        .get(format!("{}/workspace-sign-in?host={host}&next=%2Fhello%3Fx%3D1", control_plane.url))
-        .header("cookie", session)
-        .send()
-        .await
-        .unwrap()
-}
-
-/// Report the workspace's Deployment ready, as the agent would.
-async fn report_running(control_plane: &ControlPlaneProcess, token: &str, name: &str, replicas: u32) {
-    let namespace = wsync::control_plane::model::workspace_namespace("a1", name);
-    let rv = format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros());
-    let info = json!({"name": name, "namespace": namespace, "latest_k8s_deployment_info": {
-        "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "generation": 1},
-        "spec": {"replicas": replicas},
-        "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas, "updatedReplicas": replicas,
-            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                           {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}}});
-    let body = json!({"update_type": "partial", "workspace_agent_infos": [info]}).to_string();
-    let answer = http()
-        .post(format!("{}{}", control_plane.url, wsync::protocol::RECONCILE_PATH))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status().as_u16(), 201);
-}
-
-fn workspace_json(control_plane: &ControlPlaneProcess, name: &str) -> Value {
-    serde_json::from_str(&control_plane.cli(&["workspaces", "--agent", "a1", "get", name, "-o", "json"])).unwrap()
-}
+use wsync::tunnel::OpenStream;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_does() {
     let dir = tempfile::tempdir().unwrap();
-    let control_plane =
-        ControlPlaneProcess::start(&sqlite(&dir), dir.path().join("cp.log"), &["--workspaces-domain", DOMAIN]);
+    let control_plane = ControlPlaneProcess::start(
+        &sqlite(&dir),
+        dir.path().join("cp.log"),
+        &["--workspaces-domain", DOMAIN, "--tunnel-recheck", "300ms"],
+    );
     let registered: Value =
         serde_json::from_str(&control_plane.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
     let agent_token = registered["token"].as_str().unwrap().to_string();
@@ -209,29 +42,41 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
     let url = format!("http://{host}:{port}");
     let browser = browser(&control_plane, &[&host, &format!("9999-ide-{tag}.{DOMAIN}")]);
 
-    // Shown: the workspace's one declared port, at its URL.
+    // Shown: the workspace's declared ports, the web one at its URL.
     let shown = workspace_json(&control_plane, "ide");
-    assert_eq!(shown["endpoints"], json!([{"name": "ide", "port": 8080, "url": format!("{url}/")}]), "{shown}");
+    let endpoints =
+        json!([{"name": "ide", "port": 8080, "url": format!("{url}/")}, {"name": "ssh", "port": 60022, "url": null}]);
+    assert_eq!(shown["endpoints"], endpoints, "{shown}");
 
     // Not running yet: a page that says so, never a bare 502; and nothing is asked of the agent.
     let pod = workspace_server().await;
     let tunnel = agent_tunnel(&control_plane, &agent_token, pod).await;
     let alice_session = page_session(&control_plane, &alice).await;
-    let to_code = code_for(&browser, &control_plane, &host, &alice_session).await;
+    let (sign_in, state) = to_sign_in(&browser, &control_plane, &url).await;
+    assert!(state.starts_with("wsync_workspace_state="), "{state}");
+    let to_code = browser.get(&sign_in).header("cookie", &alice_session).send().await.unwrap();
     assert_eq!(to_code.status(), StatusCode::SEE_OTHER);
     let auth = location(&to_code);
     assert!(auth.starts_with(&format!("{url}/.wsync/auth?code=")), "{auth}");
-    let signed_in = browser.get(&auth).send().await.unwrap();
+    // The code in another browser (without the state, or with another) opens nothing: no one
+    // can sign someone else in to their workspace with a code of their own.
+    for other_browser in ["", "wsync_workspace_state=0123456789abcdef"] {
+        let planted = browser.get(&auth).header("cookie", other_browser).send().await.unwrap();
+        assert_eq!(planted.status(), StatusCode::BAD_REQUEST, "{other_browser:?}");
+    }
+    let signed_in = browser.get(&auth).header("cookie", &state).send().await.unwrap();
     assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
     assert_eq!(location(&signed_in), "/hello?x=1", "on to where the sign-in began");
-    let host_cookie = set_cookie(&signed_in);
+    let cookies: Vec<String> =
+        signed_in.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_string()).collect();
+    let host_cookie = cookies.iter().find(|c| c.starts_with("wsync_workspace=")).unwrap().clone();
+    assert!(cookies.iter().any(|c| c.starts_with("wsync_workspace_state=;") && c.contains("Max-Age=0")), "{cookies:?}");
     for attribute in ["HttpOnly", "SameSite=Lax", "Path=/"] {
         assert!(host_cookie.contains(attribute), "{host_cookie}");
     }
     assert!(!host_cookie.to_ascii_lowercase().contains("domain"), "host-only: {host_cookie}");
     let host_cookie = cookie_pair(&host_cookie);
-    assert!(host_cookie.starts_with("wsync_workspace="));
-    let again = browser.get(&auth).send().await.unwrap();
+    let again = browser.get(&auth).header("cookie", &state).send().await.unwrap();
     assert_eq!(again.status(), StatusCode::BAD_REQUEST, "a code is good once");
 
     let starting = browser.get(format!("{url}/hello")).header("cookie", &host_cookie).send().await.unwrap();
@@ -301,11 +146,52 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
     tokio::time::timeout(Duration::from_secs(5), raw.read_exact(&mut echoed)).await.unwrap().unwrap();
     assert_eq!(&echoed, b"through the tunnel");
 
+    // Another site's pages, and every other workspace's (all one site), drive nothing: no
+    // write, no WebSocket, no fetch; a link they follow still navigates.
+    let own = |request: reqwest::RequestBuilder| request.header("cookie", &host_cookie);
+    let foreign = format!("http://3000-other-{tag}.{DOMAIN}:{port}");
+    let refusals = [
+        own(browser.post(format!("{url}/upload")).header("origin", &foreign).body("x")),
+        own(browser
+            .get(format!("{url}/echo"))
+            .header("origin", &foreign)
+            .header("connection", "upgrade")
+            .header("upgrade", "echo")),
+        own(browser.get(format!("{url}/hello")).header("sec-fetch-site", "same-site").header("sec-fetch-mode", "cors")),
+        own(browser
+            .get(format!("{url}/hello"))
+            .header("sec-fetch-site", "cross-site")
+            .header("sec-fetch-mode", "no-cors")),
+    ];
+    for request in refusals {
+        assert_eq!(request.send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    }
+    let navigation = own(browser
+        .get(format!("{url}/hello"))
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate"));
+    assert_eq!(navigation.send().await.unwrap().status(), StatusCode::OK);
+    let same_origin = own(browser.post(format!("{url}/upload")).header("origin", &url).body("xy"));
+    assert_eq!(same_origin.send().await.unwrap().text().await.unwrap(), "2");
+
+    // A workspace sets cookies on its own host only.
+    let set = own(browser.get(format!("{url}/set-cookie"))).send().await.unwrap();
+    let set: Vec<&str> = set.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap()).collect();
+    assert_eq!(set, vec!["mine=1; Path=/"]);
+    // A cookie that is not ASCII hides nothing.
+    let mut odd = reqwest::header::HeaderMap::new();
+    odd.insert(
+        "cookie",
+        reqwest::header::HeaderValue::from_bytes(format!("theirs=\u{e9}t\u{e9}; {host_cookie}").as_bytes()).unwrap(),
+    );
+    let answer = browser.get(format!("{url}/hello")).headers(odd).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let seen: Value = answer.json().await.unwrap();
+    assert_eq!(seen["cookie"], "theirs=\u{e9}t\u{e9}", "the rest passed on: {seen}");
+
     // An undeclared port is refused by the agent: the page says so.
     let other = format!("9999-ide-{tag}.{DOMAIN}");
-    let session_there = code_for(&browser, &control_plane, &other, &alice_session).await;
-    let auth = location(&session_there);
-    let cookie = cookie_pair(&set_cookie(&browser.get(&auth).send().await.unwrap()));
+    let cookie = open_host(&browser, &control_plane, &format!("http://{other}:{port}"), &alice_session).await;
     let refused_port = browser.get(format!("http://{other}:{port}/")).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(refused_port.status(), StatusCode::NOT_FOUND);
     assert!(refused_port.text().await.unwrap().contains("declares no port 9999"));
@@ -313,9 +199,11 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
     // Bob: no code for alice's workspace, the same 404 as a missing one; a forged cookie and
     // alice's cookie on another host send a browser to sign in.
     let bob_session = page_session(&control_plane, &bob).await;
-    let refused = code_for(&browser, &control_plane, &host, &bob_session).await;
+    let (sign_in, _) = to_sign_in(&browser, &control_plane, &url).await;
+    let refused = browser.get(&sign_in).header("cookie", &bob_session).send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::NOT_FOUND);
-    let missing = code_for(&browser, &control_plane, &format!("8080-nothing-{tag}.{DOMAIN}"), &bob_session).await;
+    let nothing = sign_in.replace("8080-ide-", "8080-nothing-");
+    let missing = browser.get(&nothing).header("cookie", &bob_session).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(refused.text().await.unwrap(), missing.text().await.unwrap());
     let forged = browser.get(format!("{url}/")).header("cookie", "wsync_workspace=0123abcd").send().await.unwrap();
@@ -331,7 +219,9 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
 
     // An admin may open it.
     let admin_session = page_session(&control_plane, &control_plane.admin_token).await;
-    assert_eq!(code_for(&browser, &control_plane, &host, &admin_session).await.status(), StatusCode::SEE_OTHER);
+    let (sign_in, _) = to_sign_in(&browser, &control_plane, &url).await;
+    let admin = browser.get(&sign_in).header("cookie", &admin_session).send().await.unwrap();
+    assert_eq!(admin.status(), StatusCode::SEE_OTHER);
 
     // Signing out of the control plane ends the host's cookie too.
     let home = http().get(format!("{}/", control_plane.url)).header("cookie", &alice_session).send().await.unwrap();
@@ -349,11 +239,14 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     let after = browser.get(format!("{url}/")).header("cookie", &host_cookie).send().await.unwrap();
     assert_eq!(after.status(), StatusCode::SEE_OTHER, "signed out: to sign in again");
+    // The WebSocket-like stream opened with that cookie closes too, within a recheck.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the upgraded stream outlived the sign-out");
 
     // The agent gone: a page that says so.
     let alice_session = page_session(&control_plane, &alice).await;
-    let auth = location(&code_for(&browser, &control_plane, &host, &alice_session).await);
-    let host_cookie = cookie_pair(&set_cookie(&browser.get(&auth).send().await.unwrap()));
+    let host_cookie = open_host(&browser, &control_plane, &url, &alice_session).await;
     tunnel.task.abort();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let gone = browser.get(format!("{url}/")).header("cookie", &host_cookie).send().await.unwrap();

@@ -15,6 +15,9 @@
 //! | `standin/unschedulable`       | Pending, `PodScheduled` False `Unschedulable`                |
 //! | `standin/pull-recovers`       | `ImagePullBackOff`, then Running and Ready 4 s later          |
 //! | `standin/first-pull-fails`    | `ErrImagePull` (no back-off yet), then Running 1 s later      |
+//! | `standin/serves-here`         | Running, its address this machine's (`host_address`)         |
+//! | `standin/link-local`          | Running, its address the metadata service's                  |
+//! | `standin/loopback`            | Running, its address 127.0.0.1                               |
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -80,6 +83,9 @@ pub async fn run(client: Client, selector: Option<String>) {
                         .await;
                 });
             }
+            "standin/serves-here" => write(running_at(&containers, &host_address().to_string())).await,
+            "standin/link-local" => write(running_at(&containers, "169.254.169.254")).await,
+            "standin/loopback" => write(running_at(&containers, "127.0.0.1")).await,
             _ => write(running(&containers)).await,
         }
     }
@@ -113,6 +119,10 @@ fn condition(type_: &str, status: &str) -> Value {
 }
 
 fn running(containers: &[(String, String)]) -> Value {
+    running_at(containers, "10.244.0.10")
+}
+
+fn running_at(containers: &[(String, String)], address: &str) -> Value {
     let statuses: Vec<Value> = containers
         .iter()
         .map(|(name, image)| {
@@ -124,7 +134,8 @@ fn running(containers: &[(String, String)]) -> Value {
         .collect();
     json!({
         "phase": "Running",
-        "podIP": "10.244.0.10",
+        "podIP": address,
+        "podIPs": [{"ip": address}],
         "startTime": now(),
         "conditions": [condition("PodScheduled", "True"), condition("Initialized", "True"), condition("ContainersReady", "True"), condition("Ready", "True")],
         "containerStatuses": statuses,
@@ -178,4 +189,14 @@ fn unschedulable() -> Value {
             "message": "0/1 nodes are available: 1 Insufficient cpu.",
         }],
     })
+}
+
+/// This machine's first address that is not loopback (`ip`): where a test listens when a
+/// stand-in Pod must be reachable at an address the agent's gate accepts.
+pub fn host_address() -> std::net::IpAddr {
+    let shown =
+        std::process::Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]).output().expect("ip");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    let address = text.split_whitespace().skip_while(|word| *word != "inet").nth(1).expect("a global address");
+    address.split('/').next().unwrap_or_default().parse().expect("an address")
 }

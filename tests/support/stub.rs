@@ -16,6 +16,8 @@ use wsync::protocol::{
     ReconcileRequest, ReconcileResponse, Settings, UpdateType, WorkspaceRailsInfo,
 };
 
+use wsync::tunnel::transport::Opener;
+
 pub const STUB_TOKEN: &str = "stub-agent-token";
 
 #[derive(Debug, Clone)]
@@ -70,6 +72,8 @@ struct Inner {
     prerequisites_calls: AtomicUsize,
     /// The `shared_namespace` the prerequisites serve; empty for a namespace per workspace.
     shared_namespace: Mutex<String>,
+    /// The agent's tunnel, once it opened one: the stub opens streams on it as it likes.
+    tunnel: tokio::sync::watch::Sender<Option<Opener>>,
 }
 
 #[derive(Clone)]
@@ -167,10 +171,12 @@ impl StubControlPlane {
             prerequisites_status: std::sync::atomic::AtomicU16::new(200),
             prerequisites_calls: AtomicUsize::new(0),
             shared_namespace: Mutex::new(String::new()),
+            tunnel: tokio::sync::watch::channel(None).0,
         });
         let app = axum::Router::new()
             .route(RECONCILE_PATH, post(reconcile).layer(DefaultBodyLimit::max(MAX_RECONCILE_BODY_BYTES)))
             .route(PREREQUISITES_PATH, get(prerequisites))
+            .route(wsync::tunnel::TUNNEL_PATH, get(tunnel))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind stub");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -227,6 +233,14 @@ impl StubControlPlane {
         self.inner.prerequisites_calls.load(Ordering::SeqCst)
     }
 
+    /// The agent's tunnel, once it opened one (within `timeout`).
+    pub async fn tunnel(&self, timeout: Duration) -> Opener {
+        let mut opened = self.inner.tunnel.subscribe();
+        let waited = tokio::time::timeout(timeout, opened.wait_for(Option::is_some)).await;
+        let opener = waited.expect("the agent opened its tunnel").expect("the stub is up").clone();
+        opener.expect("a tunnel")
+    }
+
     pub fn count(&self) -> usize {
         self.inner.recorded.lock().unwrap().len()
     }
@@ -253,6 +267,24 @@ pub fn summary(r: &Recorded) -> String {
 
 pub fn is_full(r: &Recorded) -> bool {
     r.request.update_type == UpdateType::Full
+}
+
+/// The agent's tunnel: any token, an upgrade, and the stub as the HTTP/2 client.
+async fn tunnel(State(inner): State<Arc<Inner>>, request: axum::extract::Request) -> Response {
+    let upgraded = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgraded.await else { return };
+        if let Ok((opener, driver)) = Opener::handshake(hyper_util::rt::TokioIo::new(upgraded)).await {
+            inner.tunnel.send_replace(Some(opener));
+            let _ = driver.await;
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header("connection", "upgrade")
+        .header("upgrade", wsync::tunnel::UPGRADE_PROTOCOL)
+        .body(axum::body::Body::empty())
+        .unwrap_or_default()
 }
 
 async fn prerequisites(State(inner): State<Arc<Inner>>) -> Response {

@@ -34,7 +34,9 @@ impl Cluster {
             return Ok(Some(WorkspaceEndpoints::read(key.clone(), true, &deployment, &[], &[])));
         }
         let services: Api<Service> = Api::namespaced(self.client.clone(), namespace);
-        let services = services.list(&ListParams::default()).await?.items;
+        // The agent's own Services alone: in a shared namespace another agent's would name
+        // ports of their own.
+        let services = services.list(&ListParams::default().labels(&self.config.workspace_selector())).await?.items;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let pods = pods.list(&ListParams::default().labels(&selector.join(","))).await?.items;
         Ok(Some(WorkspaceEndpoints::read(key.clone(), true, &deployment, &services, &pods)))

@@ -43,6 +43,26 @@ fn default_egress() -> Vec<EgressRule> {
     }]
 }
 
+/// Where the workspaces' traffic comes from: GitLab's workspaces proxy, and wsync's agent
+/// (its tunnel's streams, #39), in this namespace. Set it to the agent's namespace
+/// (`wsync-system`) where NetworkPolicies are enforced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspacesProxy {
+    #[serde(default = "gitlab_workspaces")]
+    pub namespace: String,
+}
+
+impl Default for WorkspacesProxy {
+    fn default() -> Self {
+        Self { namespace: gitlab_workspaces() }
+    }
+}
+
+fn gitlab_workspaces() -> String {
+    "gitlab-workspaces".into()
+}
+
 /// `requests` and `limits`, each of `cpu` and `memory`, as Kubernetes quantities.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,6 +85,8 @@ impl Resources {
 pub struct AgentConfig {
     #[serde(default)]
     pub network_policy: NetworkPolicy,
+    #[serde(default)]
+    pub gitlab_workspaces_proxy: WorkspacesProxy,
     #[serde(default)]
     pub default_resources_per_workspace_container: Resources,
     /// A ResourceQuota of this size in every workspace's namespace.
@@ -111,6 +133,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         Self {
             network_policy: NetworkPolicy::default(),
+            gitlab_workspaces_proxy: WorkspacesProxy::default(),
             default_resources_per_workspace_container: Resources::default(),
             max_resources_per_workspace: Resources::default(),
             labels: BTreeMap::new(),
@@ -154,6 +177,7 @@ impl AgentConfig {
 
     /// CIDRs that parse, label and annotation keys Kubernetes takes, resources of cpu and memory.
     pub fn validate(&self) -> Result<(), String> {
+        crate::names::dns_label("gitlab_workspaces_proxy.namespace", &self.gitlab_workspaces_proxy.namespace)?;
         for rule in &self.network_policy.egress {
             for cidr in std::iter::once(&rule.allow).chain(&rule.except) {
                 if !is_cidr(cidr) {
@@ -275,8 +299,9 @@ impl AgentConfig {
     }
 
     /// The NetworkPolicy GitLab sends: the workspace's Pods (in a namespace of its own, all of
-    /// them; in a shared one, those `pods` selects); in from the workspaces proxy only; out to
-    /// DNS in kube-system and to the egress rules.
+    /// them; in a shared one, those `pods` selects); in from the workspaces proxy only (and
+    /// wsync's agent, the proxy here, in the same namespace); out to DNS in kube-system and to
+    /// the egress rules.
     pub fn network_policy_spec(&self, pods: &Value) -> Option<Value> {
         if !self.network_policy.enabled {
             return None;
@@ -288,12 +313,16 @@ impl AgentConfig {
         for rule in &self.network_policy.egress {
             egress.push(json!({ "to": [{ "ipBlock": { "cidr": rule.allow, "except": rule.except } }] }));
         }
+        let namespace = &self.gitlab_workspaces_proxy.namespace;
+        let proxies = ["gitlab-workspaces-proxy", "wsync-agent"].map(|proxy| {
+            json!({
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": namespace } },
+                "podSelector": { "matchLabels": { "app.kubernetes.io/name": proxy } },
+            })
+        });
         Some(json!({
             "egress": egress,
-            "ingress": [{ "from": [{
-                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
-                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } },
-            }] }],
+            "ingress": [{ "from": proxies }],
             "podSelector": if self.shared_namespace.is_empty() { json!({}) } else { json!({ "matchLabels": pods }) },
             "policyTypes": ["Ingress", "Egress"],
         }))

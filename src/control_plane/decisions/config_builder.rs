@@ -15,8 +15,11 @@ use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION
 use crate::protocol::{DesiredState, ImagePullSecret};
 use serde_json::{Value, json};
 
-/// The ports every workspace declares, by name: its IDE's. (Devfiles will declare more.)
-pub const DECLARED_PORTS: [(&str, u16); 1] = [("ide", 8080)];
+/// The ports every workspace declares, by name: its IDE's, and its sshd's on GitLab's port
+/// for it (60022). Devfiles will declare more.
+pub const DECLARED_PORTS: [(&str, u16); 2] = [("ide", 8080), ("ssh", SSH_PORT)];
+/// The port `wsync workspaces ssh` opens.
+pub const SSH_PORT: u16 = 60022;
 
 /// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
 pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;

@@ -86,14 +86,17 @@ pub async fn visible_workspace(
 
 /// The workspace as the API and the page show it: with its declared ports and their URLs.
 pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
-    use crate::control_plane::decisions::config_builder::DECLARED_PORTS;
+    use crate::control_plane::decisions::config_builder::{DECLARED_PORTS, SSH_PORT};
     let hosts = state.workspace_hosts.as_deref();
     workspace.endpoints = DECLARED_PORTS
         .iter()
         .map(|(name, port)| Endpoint {
             name: (*name).to_string(),
             port: *port,
-            url: hosts.map(|hosts| hosts.url(&workspace.agent_id, &workspace.name, *port)),
+            // SSH is no web page: `wsync workspaces ssh` reaches it.
+            url: hosts
+                .filter(|_| *port != SSH_PORT)
+                .map(|hosts| hosts.url(&workspace.agent_id, &workspace.name, *port)),
         })
         .collect();
     workspace

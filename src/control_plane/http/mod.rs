@@ -22,9 +22,12 @@ pub mod ui;
 pub mod ui_people;
 pub mod validation;
 pub mod workspace_access;
+pub mod workspace_host_auth;
+pub mod workspace_pages;
 pub mod workspace_proxy;
 pub mod workspace_relay;
 pub mod workspace_sign_in;
+pub mod workspace_streams;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -42,6 +45,7 @@ pub fn router(state: Arc<AppState>, body_timeout: std::time::Duration) -> Router
     let management = api::router()
         .merge(agents_api::router())
         .merge(people_api::router())
+        .merge(workspace_streams::router())
         .layer(axum::middleware::from_fn_with_state(state.clone(), front_door::<{ API }>));
     let mut app = agents
         .merge(management)

@@ -118,6 +118,7 @@ async fn home_page(
         Some(user) => {
             let after = after.split_once('/').unwrap_or((after, ""));
             let mine = state.store.workspaces_of(&user.id, after, PAGE_SIZE).await?;
+            let mine: Vec<_> = mine.into_iter().map(|w| super::callers::shown(state, w)).collect();
             let more = mine.last().filter(|_| mine.len() == PAGE_SIZE).map(|w| format!("{}/{}", w.agent_id, w.name));
             (Some(mine), more)
         }
@@ -273,6 +274,7 @@ async fn agent_page(
     exists(&state, &agent).await?;
     let limit = page.limit.unwrap_or(PAGE_SIZE).clamp(1, MAX_PAGE);
     let workspaces = state.store.workspaces_page(&agent, &page.after, limit, None).await?;
+    let workspaces: Vec<_> = workspaces.into_iter().map(|w| super::callers::shown(&state, w)).collect();
     let more = workspaces.last().filter(|_| workspaces.len() == limit).map(|w| w.name.as_str());
     let orphans = state.store.orphans(&agent).await?;
     let settings = state.store.agent_config(&agent).await?.unwrap_or_default();

@@ -36,6 +36,9 @@ pub struct ServeOptions {
     /// The agents' paths (reconcile, prerequisites): the requests that count in the agents'
     /// budget, and the only ones a reserve connection serves.
     pub agent_paths: Vec<String>,
+    /// The workspaces' domain: a request to a host under it is a workspace's, whatever its
+    /// path, and never counts in the agents' budget.
+    pub workspaces_domain: Option<crate::control_plane::decisions::workspace_hosts::WorkspacesDomain>,
     /// Proxies whose X-Forwarded-For names the client (`--trusted-proxy`): a proxy's
     /// connections carry many clients, whose requests are counted by that header.
     pub trusted_proxies: Vec<IpAddr>,
@@ -78,6 +81,7 @@ pub async fn serve(
     let limits = Arc::new(ConnectionLimits::new(options.limits));
     let agent_paths: Arc<[String]> = options.agent_paths.into();
     let trusted: Arc<[IpAddr]> = options.trusted_proxies.into();
+    let workspaces_domain = Arc::new(options.workspaces_domain);
     // Each connection's task holds a receiver until it ends: a send asks every one to close
     // gracefully, and `closed()` is when the last has.
     let (stopping, _) = tokio::sync::watch::channel(());
@@ -109,6 +113,7 @@ pub async fn serve(
             (builder.clone(), http1.clone(), app.clone(), stopping.subscribe(), tls.clone());
         let (handshake_timeout, http2_idle_timeout) = (options.header_timeout, options.http2_idle_timeout);
         let (limits, agent_paths, trusted) = (limits.clone(), agent_paths.clone(), trusted.clone());
+        let workspaces_domain = workspaces_domain.clone();
         tokio::spawn(async move {
             let budget = slot.budget;
             let _slot = slot;
@@ -127,7 +132,15 @@ pub async fn serve(
                 },
             };
             let activity = Arc::new(Activity::new());
-            let connection = Connection { peer, budget, activity: activity.clone(), limits, agent_paths, trusted };
+            let connection = Connection {
+                peer,
+                budget,
+                activity: activity.clone(),
+                limits,
+                agent_paths,
+                trusted,
+                workspaces_domain,
+            };
             // A reserve connection that sends nothing is not held for HTTP/2's idle timeout.
             let http2_idle_timeout = if budget == Budget::Agents { handshake_timeout } else { http2_idle_timeout };
             let service = TowerToHyperService::new(tracking(connection, app));
@@ -230,6 +243,7 @@ struct Connection {
     limits: Arc<ConnectionLimits>,
     agent_paths: Arc<[String]>,
     trusted: Arc<[IpAddr]>,
+    workspaces_domain: Arc<Option<crate::control_plane::decisions::workspace_hosts::WorkspacesDomain>>,
 }
 
 /// `app`, for one connection: each request carries its [`ClientAddress`], counts in its
@@ -248,7 +262,14 @@ fn tracking(
 > + Clone {
     tower::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
         let open = OpenRequest::begin(&connection.activity);
-        let agents = connection.agent_paths.iter().any(|path| path == request.uri().path());
+        let host = request
+            .uri()
+            .authority()
+            .map(|a| a.as_str())
+            .or_else(|| request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()));
+        let workspace =
+            connection.workspaces_domain.as_ref().as_ref().is_some_and(|d| host.is_some_and(|h| d.covers(h)));
+        let agents = !workspace && connection.agent_paths.iter().any(|path| path == request.uri().path());
         let budget = if agents { Budget::Agents } else { Budget::Everyone };
         let reserve_only = connection.budget == Budget::Agents;
         let client = client_ip(Some(connection.peer.ip()), request.headers(), &connection.trusted)

@@ -56,6 +56,8 @@ pub struct AppState {
     pub tunnel_recheck: std::time::Duration,
     /// The workspaces' hosts, when `--workspaces-domain` names their domain.
     pub workspace_hosts: Option<Arc<super::workspace_access::WorkspaceHosts>>,
+    /// The streams to workspaces, through their hosts and the CLI: limits and activity.
+    pub streams: Arc<super::workspace_access::WorkspaceStreams>,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -66,7 +68,6 @@ impl AppState {
     /// A state on the protocol's standard paths, with a 12-hour session, answering to any Host.
     pub fn new(store: Store, pipeline: PipelineConfig, admin: AdminCredential) -> Self {
         Self {
-            store,
             pipeline,
             admin,
             door: FrontDoor { allowed_hosts: Vec::new(), scheme: "http", public_origin: None },
@@ -84,6 +85,12 @@ impl AppState {
             tunnels: super::tunnels::Tunnels::default(),
             tunnel_recheck: std::time::Duration::from_secs(30),
             workspace_hosts: None,
+            streams: Arc::new(super::workspace_access::WorkspaceStreams {
+                limits: super::workspace_access::StreamLimits::new(512, 256, std::time::Duration::from_secs(3600)),
+                activity: super::workspace_access::Activity::new(store.clone()),
+                recheck_every: std::time::Duration::from_secs(30),
+            }),
+            store,
         }
     }
 

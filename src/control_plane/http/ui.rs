@@ -284,14 +284,38 @@ fn workspace_rows(w: &Workspace, first: &str, csrf: &str, back: &str, history: &
     }
     format!(
         "<tr><td>{first}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"actions\">{buttons}</td></tr>\n\
-         <tr class=\"details\"><td colspan=\"6\">{}{}</td></tr>\n",
+         <tr class=\"details\"><td colspan=\"6\">{}{}{}</td></tr>\n",
         escape(&w.namespace),
         escape(w.desired_state.as_str()),
         escape(w.actual_state.as_str()),
         ago(now, w.last_reported_at),
+        endpoints(w, now),
         error_box(w, now),
         earlier_errors(history, w, now),
     )
+}
+
+/// Where the workspace opens: a link for each web port (on a host of its own, #39), the SSH
+/// command, and when it was last used.
+fn endpoints(w: &Workspace, now: i64) -> String {
+    let mut line = String::new();
+    for endpoint in &w.endpoints {
+        match &endpoint.url {
+            Some(url) => {
+                let _ =
+                    write!(line, "<a href=\"{}\" rel=\"noopener\">Open {}</a> · ", escape(url), escape(&endpoint.name));
+            }
+            None if endpoint.name == "ssh" => {
+                let command = format!("wsync workspaces --agent {} ssh {}", w.agent_id, w.name);
+                let _ = write!(line, "SSH: <code>{}</code> · ", escape(&command));
+            }
+            None => {}
+        }
+    }
+    if line.is_empty() {
+        return String::new();
+    }
+    format!("<p class=\"endpoints\">{line}last used {}</p>", ago(now, w.last_activity_at))
 }
 
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {

@@ -15,6 +15,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A workspace's activity is written at most this often.
 pub const ACTIVITY_WRITE_EVERY: Duration = Duration::from_secs(60);
+/// Whether a stream's caller still may hold it.
+pub type Recheck = Arc<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
 
 /// The workspaces' hosts, when `--workspaces-domain` names their domain.
 pub struct WorkspaceHosts {
@@ -25,14 +27,21 @@ pub struct WorkspaceHosts {
     pub port_suffix: String,
     /// Where browsers sign in: the control plane's own origin.
     pub control_plane_origin: String,
+}
+
+/// What every stream to a workspace counts in, whether through its host or the CLI's.
+pub struct WorkspaceStreams {
     pub limits: StreamLimits,
     pub activity: Activity,
+    /// How often a stream that lives on checks that whoever opened it still may: signed in,
+    /// not disabled, the token live, the workspace theirs (`--tunnel-recheck`).
+    pub recheck_every: Duration,
 }
 
 impl WorkspaceHosts {
     /// The hosts under `domain`, on the control plane's scheme and port (`own_origin`), and
     /// never its own host or one above it: its cookie would reach them.
-    pub fn new(domain: &str, own_origin: &str, limits: StreamLimits, store: Store) -> Result<Self, String> {
+    pub fn new(domain: &str, own_origin: &str) -> Result<Self, String> {
         let domain = WorkspacesDomain::parse(domain)?;
         let origin = url::Url::parse(own_origin).map_err(|e| format!("{own_origin}: {e}"))?;
         let own_host = origin.host_str().unwrap_or_default().to_ascii_lowercase();
@@ -49,14 +58,17 @@ impl WorkspaceHosts {
             scheme: if origin.scheme() == "https" { "https" } else { "http" },
             port_suffix: origin.port().map(|port| format!(":{port}")).unwrap_or_default(),
             control_plane_origin: own_origin.trim_end_matches('/').to_string(),
-            limits,
-            activity: Activity::new(store),
         })
     }
 
     /// The URL of port `port` of workspace `workspace` of agent `agent`.
     pub fn url(&self, agent: &str, workspace: &str, port: u16) -> String {
         format!("{}://{}{}/", self.scheme, self.domain.host(agent, workspace, port), self.port_suffix)
+    }
+
+    /// A host's origin, as its pages' requests name it.
+    pub fn origin(&self, host_name: &str) -> String {
+        format!("{}://{host_name}{}", self.scheme, self.port_suffix)
     }
 
     /// Cookies are `Secure` (and `__Host-`) when the hosts are served over TLS.
@@ -163,22 +175,36 @@ impl Activity {
 /// task holding it ends), its idle timeout, and the workspace's activity.
 #[derive(Clone)]
 pub struct Watch {
-    hosts: Arc<WorkspaceHosts>,
+    streams: Arc<WorkspaceStreams>,
     agent: Arc<str>,
     workspace: Arc<str>,
+    recheck: Recheck,
     _permit: Arc<StreamPermit>,
 }
 
 impl Watch {
-    pub fn new(hosts: Arc<WorkspaceHosts>, agent: &str, workspace: &str, permit: StreamPermit) -> Self {
-        Self { hosts, agent: agent.into(), workspace: workspace.into(), _permit: Arc::new(permit) }
+    pub fn new(
+        streams: Arc<WorkspaceStreams>,
+        agent: &str,
+        workspace: &str,
+        permit: StreamPermit,
+        recheck: Recheck,
+    ) -> Self {
+        Self { streams, agent: agent.into(), workspace: workspace.into(), recheck, _permit: Arc::new(permit) }
     }
 
-    /// Resolves once the stream has moved no bytes for the idle timeout; marks the
-    /// workspace active whenever it has.
+    /// Resolves once the stream has moved no bytes for the idle timeout, or its caller may no
+    /// longer hold it; marks the workspace active whenever it moved bytes.
     pub async fn until_idle(self, moved: Arc<AtomicBool>) {
-        let hosts = &self.hosts;
-        watch_stream(moved, hosts.limits.idle_timeout, || hosts.activity.touch(&self.agent, &self.workspace)).await;
+        let streams = &self.streams;
+        let activity = || streams.activity.touch(&self.agent, &self.workspace);
+        tokio::select! {
+            () = watch_stream(moved, streams.limits.idle_timeout, activity) => {}
+            () = revoked(&self.recheck, streams.recheck_every) => tracing::info!(
+                agent = %self.agent, workspace = %self.workspace,
+                "closed a stream whose caller may no longer open the workspace"
+            ),
+        }
     }
 }
 
@@ -227,6 +253,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 /// Runs beside a stream until it has moved no bytes for `idle`, marking the workspace active
 /// whenever it has: the caller drops the stream when this returns.
+/// Resolves once the recheck says no; a recheck that fails (the database) keeps the stream.
+async fn revoked(recheck: &Recheck, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if !recheck().await {
+            return;
+        }
+    }
+}
+
 async fn watch_stream(moved: Arc<AtomicBool>, idle: Duration, activity: impl Fn()) {
     let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(15));
     let mut quiet_since = Instant::now();

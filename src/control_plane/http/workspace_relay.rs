@@ -5,11 +5,12 @@
 //! tunnel's windows and queues do the rest.
 
 use super::workspace_access::{Watch, Watched};
+use super::workspace_pages::bad_gateway;
 use crate::tunnel::transport::TunnelStream;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use hyper_util::rt::TokioIo;
 
 /// Headers of one hop, never passed on (RFC 9110 §7.6.1), besides those `Connection` names.
@@ -35,10 +36,12 @@ pub struct Forwarded<'a> {
 
 /// The request's cookies without the host's own: what the workspace is sent.
 fn cookies_for_workspace(headers: &HeaderMap, name: &str) -> Option<HeaderValue> {
-    let pairs = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';'));
-    let kept: Vec<&str> =
-        pairs.map(str::trim).filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(name)).collect();
-    if kept.is_empty() { None } else { HeaderValue::from_str(&kept.join("; ")).ok() }
+    let pairs = headers.get_all(header::COOKIE).iter().flat_map(|v| v.as_bytes().split(|b| *b == b';'));
+    let kept: Vec<&[u8]> = pairs
+        .map(<[u8]>::trim_ascii)
+        .filter(|pair| !pair.is_empty() && pair.split(|b| *b == b'=').next() != Some(name.as_bytes()))
+        .collect();
+    if kept.is_empty() { None } else { HeaderValue::from_bytes(&kept.join(&b"; "[..])).ok() }
 }
 
 /// Pass `request` to the workspace through `stream`, and its answer back.
@@ -76,6 +79,7 @@ pub async fn forward(stream: TunnelStream, mut request: Request, forwarded: &For
         return Response::from_parts(parts, Body::empty());
     }
     strip_hop_by_hop(response.headers_mut(), false);
+    keep_cookies_on_the_host(response.headers_mut());
     response.map(Body::new)
 }
 
@@ -95,14 +99,13 @@ fn prepare(request: &mut Request, forwarded: &Forwarded<'_>, upgrade: Option<Hea
     }
     *request.version_mut() = Version::HTTP_11;
     let headers = request.headers_mut();
-    let authority = headers.get(header::HOST).cloned();
     strip_hop_by_hop(headers, true);
     match cookies_for_workspace(headers, forwarded.cookie) {
         Some(cookies) => headers.insert(header::COOKIE, cookies),
         None => headers.remove(header::COOKIE),
     };
-    let host = authority.or_else(|| HeaderValue::from_str(forwarded.host).ok());
-    if let Some(host) = host {
+    // The host as the control plane routed it, whatever an absolute-form request said.
+    if let Ok(host) = HeaderValue::from_str(forwarded.host) {
         headers.insert(header::HOST, host.clone());
         headers.insert(HeaderName::from_static("x-forwarded-host"), host);
     }
@@ -131,8 +134,28 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, request: bool) {
     headers.remove(header::UPGRADE);
     if request {
         // Ours: a client's own would claim an address or a scheme of its choosing.
-        for name in ["x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded"] {
+        for name in ["x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip", "forwarded"] {
             headers.remove(name);
+        }
+    }
+}
+
+/// A workspace may set cookies on its own host only: one with a `Domain` would reach every
+/// sibling workspace, and above them the control plane's host when it shares the parent.
+fn keep_cookies_on_the_host(headers: &mut HeaderMap) {
+    let set: Vec<HeaderValue> = headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    if set.is_empty() {
+        return;
+    }
+    headers.remove(header::SET_COOKIE);
+    for value in set {
+        let lower = value.as_bytes().to_ascii_lowercase();
+        let attributes = lower.split(|b| *b == b';').skip(1);
+        let scoped = attributes.map(|a| a.trim_ascii()).any(|a| a.starts_with(b"domain"));
+        if scoped {
+            tracing::info!("dropped a workspace's Set-Cookie with a Domain attribute");
+        } else {
+            headers.append(header::SET_COOKIE, value);
         }
     }
 }
@@ -155,16 +178,4 @@ async fn splice(
         },
         () = watch.until_idle(moved) => tracing::debug!("closed an upgraded workspace connection idle past the limit"),
     }
-}
-
-fn bad_gateway(error: &dyn std::fmt::Display) -> Response {
-    tracing::info!(%error, "a workspace did not answer through its stream");
-    let body = "<!doctype html><title>wsync: workspace unreachable</title><h1>Workspace unreachable</h1>\
-                <p>The workspace's port closed the connection without an answer.</p>";
-    let mut response =
-        (StatusCode::BAD_GATEWAY, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response();
-    for (name, value) in super::front_door::SECURITY_HEADERS {
-        response.headers_mut().insert(name, HeaderValue::from_static(value));
-    }
-    response
 }

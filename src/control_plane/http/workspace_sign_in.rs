@@ -8,7 +8,7 @@ use super::page::sign_in_first;
 use super::state::{AppState, PAGE, front_door};
 use super::ui::{document, escape};
 use super::validation::url_part;
-use super::workspace_proxy::AUTH_PATH;
+use super::workspace_host_auth::AUTH_PATH;
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -28,6 +28,8 @@ pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
 #[derive(serde::Deserialize)]
 struct HostSignIn {
     host: String,
+    /// What the workspace's host gave the browser in a cookie: the code is good only there.
+    state: String,
     #[serde(default)]
     next: String,
     /// Set on the page's own reload, which a browser sends the session cookie with.
@@ -43,8 +45,16 @@ async fn sign_in_to_host(
     let Some(hosts) = state.workspace_hosts.as_ref() else { return not_found() };
     let Some(host) = hosts.domain.workspace_host(&query.host) else { return not_found() };
     let host_name = host.name(&hosts.domain);
+    if query.state.is_empty() || query.state.len() > 128 {
+        return not_found();
+    }
     let next = local_path(&query.next);
-    let here = format!("/workspace-sign-in?host={}&next={}", url_part(&host_name), url_part(next));
+    let here = format!(
+        "/workspace-sign-in?host={}&state={}&next={}",
+        url_part(&host_name),
+        url_part(&query.state),
+        url_part(next)
+    );
     let cookie = cookie_value(&headers, SESSION_COOKIE);
     let session = match cookie {
         Some(cookie) => match state.store.session(cookie).await {
@@ -67,7 +77,7 @@ async fn sign_in_to_host(
         Ok(_) => return not_found(),
         Err(error) => return super::state::ApiError::from(error).into_response(),
     }
-    let code = match state.store.issue_host_code(cookie, &host_name, next, CODE_TTL_MS).await {
+    let code = match state.store.issue_host_code(cookie, &host_name, &query.state, next, CODE_TTL_MS).await {
         Ok(code) => code,
         Err(error) => return super::state::ApiError::from(error).into_response(),
     };

@@ -42,7 +42,7 @@ pub fn same_secret(a: &str, b: &str) -> bool {
     bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-fn new_token() -> StoreResult<String> {
+pub fn new_token() -> StoreResult<String> {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).map_err(|e| StoreError::Conflict(format!("no randomness for a token: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

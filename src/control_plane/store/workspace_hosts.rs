@@ -10,11 +10,13 @@ use crate::control_plane::model::{Session, Workspace};
 use sqlx::Row;
 
 impl Store {
-    /// A code for `host`, good once for `ttl_ms`, on behalf of the page session `page_cookie`.
+    /// A code for `host`, good once for `ttl_ms`, on behalf of the page session `page_cookie`,
+    /// for the browser that holds `state` in the host's state cookie.
     pub async fn issue_host_code(
         &self,
         page_cookie: &str,
         host: &str,
+        state: &str,
         next_path: &str,
         ttl_ms: i64,
     ) -> StoreResult<String> {
@@ -22,12 +24,13 @@ impl Store {
         sqlx::query("DELETE FROM workspace_host_codes WHERE expires_at <= $1").bind(now).execute(&self.pool).await?;
         let code = new_token()?;
         sqlx::query(
-            "INSERT INTO workspace_host_codes (code_hash, host, page_session_hash, next_path, expires_at) \
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO workspace_host_codes (code_hash, host, page_session_hash, state_hash, next_path, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(hash_token(&code))
         .bind(host)
         .bind(hash_token(page_cookie))
+        .bind(hash_token(state))
         .bind(next_path)
         .bind(now.saturating_add(ttl_ms))
         .execute(&self.pool)
@@ -35,15 +38,22 @@ impl Store {
         Ok(code)
     }
 
-    /// Trade a code for a session on `host`, lasting `ttl_ms` at most: the code is deleted
-    /// as it is read, and only the caller whose DELETE removed it gets the session. A code of
-    /// another host, an expired one or one already used finds nothing. Returns the host
-    /// session's cookie value and the path to go on to.
-    pub async fn redeem_host_code(&self, code: &str, host: &str, ttl_ms: i64) -> StoreResult<Option<(String, String)>> {
+    /// Trade a code for a session on `host`, lasting `ttl_ms` at most, when the browser holds
+    /// the code's state (one of `states`, its state cookies): the code is deleted as it is
+    /// read, and only the caller whose DELETE removed it gets the session. A code of another
+    /// host or another browser, an expired one or one already used finds nothing. Returns the
+    /// host session's cookie value and the path to go on to.
+    pub async fn redeem_host_code(
+        &self,
+        code: &str,
+        host: &str,
+        states: &[&str],
+        ttl_ms: i64,
+    ) -> StoreResult<Option<(String, String)>> {
         let now = self.clock.now();
         let code_hash = hash_token(code);
         let row = sqlx::query(
-            "SELECT page_session_hash, next_path FROM workspace_host_codes \
+            "SELECT page_session_hash, state_hash, next_path FROM workspace_host_codes \
              WHERE code_hash = $1 AND host = $2 AND expires_at > $3",
         )
         .bind(&code_hash)
@@ -52,6 +62,10 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
+        let state_hash: String = row.try_get("state_hash")?;
+        if !states.iter().any(|state| super::same_secret(&hash_token(state), &state_hash)) {
+            return Ok(None);
+        }
         let deleted = sqlx::query("DELETE FROM workspace_host_codes WHERE code_hash = $1")
             .bind(&code_hash)
             .execute(&self.pool)

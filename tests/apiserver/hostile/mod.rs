@@ -13,6 +13,7 @@ mod bounds_and_transport;
 mod fields_and_prune;
 mod secrets_and_pods;
 mod shared_namespace;
+mod tunnel;
 
 use crate::support::stub::{Reply, StubControlPlane};
 use crate::support::*;
@@ -27,7 +28,7 @@ const LONG: Duration = Duration::from_secs(60);
 /// the answer cap, 64 MiB, of a huge answer.
 const PEAK_RSS_BOUND_KB: u64 = 150 * 1024;
 /// The tests in this module, so that the last one to finish prints the summary.
-const TESTS: usize = 16;
+const TESTS: usize = 17;
 
 /// [`TESTS`] is every test here, so that the summary is printed by the last one and not
 /// while another is still attacking.

@@ -18,7 +18,9 @@ fn gitlabs_defaults_and_its_network_policy() {
             ],
             "ingress": [{ "from": [{
                 "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
-                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } } }] }],
+                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "gitlab-workspaces-proxy" } } }, {
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "gitlab-workspaces" } },
+                "podSelector": { "matchLabels": { "app.kubernetes.io/name": "wsync-agent" } } }] }],
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
         })
