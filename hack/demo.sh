@@ -87,8 +87,11 @@ kubectl wait --for=condition=Established crd/workspacesyncstatuses.wsync.dev --t
 kubectl create namespace wsync-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
 step "Starting the control plane (SQLite at $work/control-plane.db)"
+# Each workspace port on a host of its own under ws.localhost, which browsers and curl resolve
+# to this machine: no DNS to set up.
 background $wsync control-plane --listen "127.0.0.1:$port" --database-url "sqlite://$work/control-plane.db" \
-  --partial-reconciliation-interval-seconds 2 >"$work/control-plane.out" 2>"$work/control-plane.log"
+  --partial-reconciliation-interval-seconds 2 --workspaces-domain ws.localhost \
+  >"$work/control-plane.out" 2>"$work/control-plane.log"
 for _ in $(seq 1 50); do curl -fs "$WSYNC_SERVER/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 # On its first start the control plane makes an admin token and prints it, once.
 WSYNC_ADMIN_TOKEN=$(sed -n 's/^admin token.*: //p' "$work/control-plane.out")
@@ -108,11 +111,14 @@ as_alice() { WSYNC_TOKEN=$ALICE_TOKEN "$@"; }
 image=busybox:1.36
 if [ "$node" = 1 ]; then
   step "Starting the agent; workspaces run on the local node ($(kubectl get nodes -o name))"
-  # A workspace image without a registry: busybox sleeping, as a non-root user.
-  python3 hack/mkimage.py "$work/workspace.tar" localhost/workspace:1 --file /bin/busybox:bin/busybox \
-    --link /bin/busybox:bin/sleep --cmd '["sleep", "2147483647"]' --user 65532:65532
+  # A workspace image without a registry: busybox serving a page on the IDE's port 8080, as a
+  # non-root user (a shell that exits on SIGTERM is PID 1: httpd alone would ignore it).
+  printf '<!doctype html><title>wsync workspace</title><h1>Served from the workspace Pod</h1>\n' >"$work/index.html"
+  python3 hack/mkimage.py "$work/workspace.tar" localhost/workspace:2 --file /bin/busybox:bin/busybox \
+    --link /bin/busybox:bin/sh --link /bin/busybox:bin/httpd --file "$work/index.html:www/index.html:0644" \
+    --cmd '["sh", "-c", "trap \"exit 0\" TERM; httpd -f -p 8080 -h /www & wait"]' --user 65532:65532
   hack/local-node.sh import "$work/workspace.tar"
-  image=localhost/workspace:1
+  image=localhost/workspace:2
 else
   step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
   background target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1
@@ -141,6 +147,16 @@ echo
 kubectl -n wsync-demo-alice get deployment,service,pvc,serviceaccount,configmap,networkpolicy
 echo
 kubectl -n wsync-demo-alice get pods -o wide
+
+if [ "$node" = 1 ]; then
+  step "alice opens it: port 8080 through the control plane and the agent's tunnel, nothing exposed"
+  as_alice $wsync workspaces port-forward alice 18481:8080 >"$work/port-forward.log" 2>&1 &
+  forward=$!
+  for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18481/ >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -fsS http://127.0.0.1:18481/
+  kill "$forward" 2>/dev/null || true
+  say "in a browser: $(as_alice $wsync workspaces get alice -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)"
+fi
 
 step "alice stops it: the agent scales it to 0 and reports it Stopped"
 as_alice $wsync workspaces stop alice >/dev/null
@@ -175,6 +191,9 @@ cat <<KEPT
    The page:     $WSYNC_SERVER/sign-in
                  alice (a user: her workspaces, her API tokens): $ALICE_TOKEN
                  the admin (every agent, the users, the audit trail): $WSYNC_ADMIN_TOKEN
+   Workspace:    $(as_alice $wsync workspaces get bob -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)
+                 (sign in as alice when asked; *.localhost is this machine)
+                 or: WSYNC_TOKEN=$ALICE_TOKEN $wsync workspaces port-forward bob 8080
    The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
                  $wsync workspaces list; $wsync workspaces stop bob
                  as the admin: export -n WSYNC_TOKEN; export WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN

@@ -8,6 +8,7 @@ pub mod support;
 
 mod in_cluster;
 mod lifecycle;
+mod opening;
 
 use serde_json::Value;
 use std::process::Command;
@@ -89,11 +90,16 @@ const CONTROL_PLANE_FLAGS: [&str; 2] = ["--partial-reconciliation-interval-secon
 impl Node {
     /// The control plane on loopback, and the agent beside it on the host.
     fn start(prefix: &str) -> Self {
+        Self::start_with(prefix, &[])
+    }
+
+    /// As [`Node::start`], with more of the control plane's flags.
+    fn start_with(prefix: &str, control_plane_flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let control_plane = ControlPlaneProcess::start(
             &Self::database(&dir),
             dir.path().join("control-plane.log"),
-            &CONTROL_PLANE_FLAGS,
+            &[&CONTROL_PLANE_FLAGS[..], control_plane_flags].concat(),
         );
         let mut node = Self::register(prefix, control_plane, dir);
         node.agent = Some(AgentProcess::start_with_token(env(), &node.id, &node.control_plane.url, &node.token, &[]));

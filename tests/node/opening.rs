@@ -1,0 +1,126 @@
+//! Opening a workspace on a real node (#39): its owner reaches the port a real Pod serves,
+//! in headless Chromium through the control plane's workspace host, and from the CLI with
+//! `port-forward`, both through the real agent's tunnel and its gate; no Service, Ingress or
+//! inbound port in the cluster. Another user gets 404, and the workspace's page can read
+//! neither the control plane's cookie nor its API.
+
+use crate::support::browser::Browser;
+use crate::support::*;
+use crate::*;
+use serde_json::Value;
+use std::process::Command;
+
+/// busybox serving a page on the IDE's port, as a non-root user; exits on SIGTERM.
+const WEB_IMAGE: &str = "localhost/webspace:1";
+const PAGE: &str = "hello from the pod";
+
+fn web_image() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = dir.path().join("index.html");
+        std::fs::write(&index, format!("<!doctype html><title>workspace</title><p id=\"page\">{PAGE}</p>\n")).unwrap();
+        let tar = dir.path().join("image.tar");
+        let built = Command::new("python3")
+            .arg(format!("{ROOT}/hack/mkimage.py"))
+            .arg(&tar)
+            .args([WEB_IMAGE, "--file", "/bin/busybox:bin/busybox", "--link", "/bin/busybox:bin/sh"])
+            .args(["--link", "/bin/busybox:bin/httpd", "--file", &format!("{}:www/index.html:0644", index.display())])
+            .args(["--cmd", r#"["sh", "-c", "trap 'exit 0' TERM; httpd -f -p 8080 -h /www & wait"]"#])
+            .args(["--user", "65532:65532"])
+            .status()
+            .expect("python3");
+        assert!(built.success());
+        let imported = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("import").arg(&tar).status();
+        assert!(imported.is_ok_and(|s| s.success()), "importing {WEB_IMAGE}");
+    });
+}
+
+/// `wsync <args>` as whoever holds `token`.
+fn wsync_as(node: &Node, token: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
+    command
+        .args(args)
+        .env("WSYNC_SERVER", &node.control_plane.url)
+        .env("WSYNC_TOKEN", token)
+        .env("WSYNC_AGENT_ID", &node.id)
+        .env_remove("WSYNC_ADMIN_TOKEN");
+    command
+}
+
+fn user(node: &Node, name: &str) -> String {
+    let created: Value =
+        serde_json::from_str(&node.control_plane.cli(&["users", "create", name, "-o", "json"])).expect("json");
+    created["token"].as_str().expect("a token").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_else_does() {
+    if !node_up() {
+        return;
+    }
+    web_image();
+    let node = Node::start_with("op", &["--workspaces-domain", "ws.localhost"]);
+    let (alice, bob) = (user(&node, "alice"), user(&node, "bob"));
+    let created = wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", WEB_IMAGE]).output().unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let running = node.actual("web", "Running").await;
+    let url = running["endpoints"][0]["url"].as_str().expect("the IDE's URL").to_string();
+    assert!(url.starts_with("http://8080-web-") && url.contains(".ws.localhost:"), "{url}");
+    let namespace = running["namespace"].as_str().unwrap_or_default().to_string();
+    let services = kubectl_ok(env(), &["-n", &namespace, "get", "services", "-o", "jsonpath={.items[*].spec.type}"]);
+    assert!(services.split_whitespace().all(|t| t == "ClusterIP"), "nothing exposed: {services}");
+
+    // The CLI: a local port that is the Pod's.
+    let mut forward = wsync_as(&node, &alice, &["workspaces", "port-forward", "web", "0:8080"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    let mut stdout = std::io::BufReader::new(forward.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut said).unwrap();
+    let local = said.split_whitespace().nth(2).expect("the local address").to_string();
+    let page = eventually("the Pod's page through port-forward", LONG, || {
+        let out = Command::new("curl").args(["-fsS", "--max-time", "5", &format!("http://{local}/")]).output().ok()?;
+        let body = String::from_utf8_lossy(&out.stdout).to_string();
+        body.contains(PAGE).then_some(body)
+    })
+    .await;
+    assert!(page.contains(PAGE));
+    forward.kill().unwrap();
+    let _ = forward.wait();
+
+    // A browser: signed in to the control plane, it opens the workspace's host (cross-site),
+    // is handed a code there and back, and sees the Pod's page on the workspace's origin.
+    let mut browser = Browser::launch();
+    browser.sign_in_to(&node.control_plane.url, &alice, "/");
+    assert!(browser.html().contains(&url), "the page links the workspace: {}", browser.html());
+    browser.goto(&url);
+    browser.wait_until("the Pod's page", &format!("document.body && document.body.innerText.includes('{PAGE}')"));
+    assert!(browser.location().starts_with(&url), "on the workspace's own origin: {}", browser.location());
+    assert_eq!(browser.eval("document.cookie"), Value::String(String::new()), "no cookie a script can read");
+    // Its code cannot call the control plane's API with the user's credentials.
+    let api = format!("{}/api/v1/workspaces", node.control_plane.url);
+    browser.eval(&format!(
+        "window.answer = 'pending'; fetch('{api}', {{credentials: 'include'}}).then(r => r.status).then(\
+         s => window.answer = 'status ' + s, e => window.answer = 'refused: ' + e.name)"
+    ));
+    browser.wait_until("the fetch to end", "window.answer !== 'pending'");
+    let answer = browser.eval("window.answer");
+    assert_eq!(answer.as_str(), Some("refused: TypeError"), "the browser kept the answer from the page: {answer}");
+
+    // Bob: the same 404 a missing workspace answers.
+    let mut other = Browser::launch();
+    other.sign_in_to(&node.control_plane.url, &bob, "/");
+    other.goto(&url);
+    other.wait_until("an answer", "document.readyState === 'complete' && document.body.innerText.length > 0");
+    assert!(other.text().contains("No such workspace"), "{}", other.text());
+    let refused = wsync_as(&node, &bob, &["workspaces", "port-forward", "web", "0:8080"]).output().unwrap();
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("404"));
+
+    // The workspace's activity was recorded.
+    let used = serde_json::from_str::<Value>(&node.cli(&["get", "web", "-o", "json"])).expect("json");
+    assert!(used["last_activity_at"].as_i64().is_some(), "{used}");
+    node.cli(&["terminate", "web"]);
+    node.actual("web", "Terminated").await;
+}
