@@ -20,3 +20,13 @@ CREATE TABLE IF NOT EXISTS workspace_host_sessions (
 );
 
 ALTER TABLE workspaces ADD COLUMN last_activity_at BIGINT;
+
+-- Which process holds each agent's tunnel, where its peers reach it, and the token they show
+-- it: a process without the tunnel forwards a stream through the one that has it.
+CREATE TABLE IF NOT EXISTS agent_tunnels (
+    agent_id TEXT PRIMARY KEY,
+    process_id TEXT NOT NULL,
+    advertise_url TEXT NOT NULL,
+    forward_token TEXT NOT NULL,
+    opened_at BIGINT NOT NULL
+);

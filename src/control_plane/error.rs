@@ -24,6 +24,8 @@ pub enum Error {
     PublicUrl(String),
     #[error("{0}")]
     WorkspacesDomain(String),
+    #[error("--advertise-url: {0}")]
+    AdvertiseUrl(String),
     #[error("identity provider: {0}")]
     IdentityProvider(String),
     #[error(
@@ -46,6 +48,7 @@ impl Error {
             Error::Tls(_) => "TlsUnusable",
             Error::PublicUrl(_) => "InvalidPublicUrl",
             Error::WorkspacesDomain(_) => "InvalidWorkspacesDomain",
+            Error::AdvertiseUrl(_) => "InvalidAdvertiseUrl",
             Error::IdentityProvider(_) => "IdentityProviderUnusable",
             Error::InsecureListen { .. } => "InsecureListen",
         }

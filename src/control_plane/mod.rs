@@ -185,6 +185,12 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_WORKSPACES_DOMAIN")]
     pub workspaces_domain: Option<String>,
 
+    /// Where the other control-plane processes on this database reach this one (e.g.
+    /// `http://$(POD_IP):8080`): a process without an agent's tunnel forwards a stream
+    /// through the one that holds it. Without it, this process forwards nothing.
+    #[arg(long, env = "WSYNC_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+
     /// Streams to workspaces one user may hold open at once, in this process (requests in
     /// flight, WebSockets, SSH and port-forward connections).
     #[arg(long, env = "WSYNC_STREAMS_PER_USER", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
@@ -275,21 +281,16 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let workspace_hosts =
         args.workspaces_domain.as_deref().map(|d| http::workspace_access::WorkspaceHosts::new(d, &own_origin));
     let workspace_hosts = workspace_hosts.transpose().map_err(Error::WorkspacesDomain)?.map(Arc::new);
-    let streams = http::workspace_access::WorkspaceStreams {
-        limits: http::workspace_access::StreamLimits::new(
-            usize::try_from(args.streams_per_user).unwrap_or(usize::MAX),
-            usize::try_from(args.streams_per_workspace).unwrap_or(usize::MAX),
-            args.stream_idle_timeout.max(std::time::Duration::from_secs(1)),
-        ),
-        activity: http::workspace_access::Activity::new(store.clone()),
-        recheck_every: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
-    };
+    let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    let limits = (count(args.streams_per_user), count(args.streams_per_workspace), args.stream_idle_timeout);
+    let streams = http::workspace_access::WorkspaceStreams::new(limits, args.tunnel_recheck, store.clone());
     let state = Arc::new(http::AppState {
         identity_provider,
         audit_retention_ms: millis(args.audit_retention),
         tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
         workspace_hosts,
         streams: Arc::new(streams),
+        broker: Arc::new(http::tunnel_broker::Broker::new(args.advertise_url.clone()).map_err(Error::AdvertiseUrl)?),
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,

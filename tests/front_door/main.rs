@@ -23,6 +23,7 @@ mod transport;
 mod tunnel;
 mod workspace_cli;
 mod workspace_hosts;
+mod workspace_processes;
 mod workspace_support;
 
 pub fn http() -> reqwest::Client {

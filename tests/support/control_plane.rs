@@ -69,11 +69,12 @@ impl ControlPlaneProcess {
             "--database-url".into(),
             database_url.into(),
         ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let admin_token_file = log.with_extension("admin-token");
-        let stdout = log.with_extension("stdout");
         let scheme = if ca_file.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{host}:{port}");
+        // `{url}` in a flag is this process's own URL (for --advertise-url).
+        args.extend(extra.iter().map(|s| s.replace("{url}", &url)));
+        let admin_token_file = log.with_extension("admin-token");
+        let stdout = log.with_extension("stdout");
         let mut process = Self { child: None, args, url, log, stdout, admin_token, admin_token_file, ca_file };
         process.spawn();
         process

@@ -23,6 +23,7 @@ pub fn router(state: &AppState) -> Router<Arc<AppState>> {
         .route(&state.reconcile_path, post(reconcile))
         .route(&state.prerequisites_path, get(prerequisites))
         .route(crate::tunnel::TUNNEL_PATH, get(super::tunnel::tunnel))
+        .route(super::tunnel_broker::FORWARD_PATH, get(super::tunnel_forward::forward))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
 }

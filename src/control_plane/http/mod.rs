@@ -17,6 +17,8 @@ pub mod sign_in_limits;
 pub mod sign_in_oidc;
 pub mod state;
 pub mod tunnel;
+pub mod tunnel_broker;
+pub mod tunnel_forward;
 pub mod tunnels;
 pub mod ui;
 pub mod ui_people;

@@ -56,6 +56,8 @@ pub struct AppState {
     pub tunnel_recheck: std::time::Duration,
     /// The workspaces' hosts, when `--workspaces-domain` names their domain.
     pub workspace_hosts: Option<Arc<super::workspace_access::WorkspaceHosts>>,
+    /// This process as its peers reach it: streams through another process's tunnel.
+    pub broker: Arc<super::tunnel_broker::Broker>,
     /// The streams to workspaces, through their hosts and the CLI: limits and activity.
     pub streams: Arc<super::workspace_access::WorkspaceStreams>,
 }
@@ -85,11 +87,12 @@ impl AppState {
             tunnels: super::tunnels::Tunnels::default(),
             tunnel_recheck: std::time::Duration::from_secs(30),
             workspace_hosts: None,
-            streams: Arc::new(super::workspace_access::WorkspaceStreams {
-                limits: super::workspace_access::StreamLimits::new(512, 256, std::time::Duration::from_secs(3600)),
-                activity: super::workspace_access::Activity::new(store.clone()),
-                recheck_every: std::time::Duration::from_secs(30),
-            }),
+            broker: Arc::new(super::tunnel_broker::Broker::alone()),
+            streams: Arc::new(super::workspace_access::WorkspaceStreams::new(
+                (512, 256, std::time::Duration::from_secs(3600)),
+                std::time::Duration::from_secs(30),
+                store.clone(),
+            )),
             store,
         }
     }

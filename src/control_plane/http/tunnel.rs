@@ -45,6 +45,13 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
     };
     let generation = state.tunnels.insert(&agent, opener, driver.abort_handle());
     tracing::info!(%agent, "an agent's tunnel opened");
+    // Where the other processes find it. A failure only keeps them from forwarding to it.
+    let holder = state.broker.holder();
+    if let Some(holder) = &holder
+        && let Err(error) = state.store.hold_tunnel(&agent, holder).await
+    {
+        tracing::warn!(%error, %agent, "could not record this process as the holder of an agent's tunnel");
+    }
     let mut recheck = tokio::time::interval(state.tunnel_recheck);
     recheck.tick().await;
     // The token must be confirmed again within three rechecks: a database that stops
@@ -75,4 +82,10 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
         }
     }
     state.tunnels.remove(&agent, generation);
+    if holder.is_some()
+        && state.tunnels.opener(&agent).is_none()
+        && let Err(error) = state.store.release_tunnel(&agent, &state.broker.process_id).await
+    {
+        tracing::warn!(%error, %agent, "could not record that this process no longer holds an agent's tunnel");
+    }
 }

@@ -77,6 +77,18 @@ impl WorkspaceHosts {
     }
 }
 
+impl WorkspaceStreams {
+    /// `limits`: streams per user, per workspace, and the idle timeout (a second at least).
+    pub fn new(limits: (usize, usize, Duration), recheck_every: Duration, store: Store) -> Self {
+        let (per_user, per_workspace, idle) = limits;
+        Self {
+            limits: StreamLimits::new(per_user, per_workspace, idle.max(Duration::from_secs(1))),
+            activity: Activity::new(store),
+            recheck_every: recheck_every.max(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Streams open at once, per user and per workspace, in this process.
 pub struct StreamLimits {
     pub per_user: usize,

@@ -8,6 +8,7 @@
 //! cookies go with it, and the host's cookie is taken out of what the workspace is sent.
 
 use super::state::AppState;
+use super::tunnel_broker::StreamError;
 use super::workspace_access::{Recheck, Watch, WorkspaceHosts};
 use super::workspace_host_auth::{AUTH_PATH, from_another_site, host_cookie_name, host_session, redeem, sign_in_first};
 use super::workspace_pages::{
@@ -102,7 +103,6 @@ async fn open(
     if workspace.actual_state != ActualState::Running {
         return not_running(workspace);
     }
-    let Some(opener) = state.tunnels.opener(&workspace.agent_id) else { return agent_not_connected() };
     let who = caller.user_id().unwrap_or(crate::control_plane::decisions::access::ADMIN_TOKEN_ACTOR);
     let permit = match state.streams.limits.admit(who, &workspace.agent_id, &workspace.name) {
         Ok(permit) => permit,
@@ -110,9 +110,10 @@ async fn open(
     };
     let asked =
         OpenStream { namespace: workspace.namespace.clone(), workspace: workspace.name.clone(), port: host.port };
-    let stream = match opener.open(&asked).await {
+    let stream = match state.broker.open(&state.store, &state.tunnels, &workspace.agent_id, &asked).await {
         Ok(stream) => stream,
-        Err(error) => return stream_refused(workspace, host.port, &error),
+        Err(StreamError::NotConnected) => return agent_not_connected(),
+        Err(StreamError::Open(error)) => return stream_refused(workspace, host.port, &error),
     };
     state.streams.activity.touch(&workspace.agent_id, &workspace.name);
     let client = state.client(request.extensions());

@@ -4,9 +4,9 @@
 //! holds end to end: hyper reads the next chunk only when the last was taken, and the
 //! tunnel's windows and queues do the rest.
 
+use super::tunnel_broker::WorkspaceStream;
 use super::workspace_access::{Watch, Watched};
 use super::workspace_pages::bad_gateway;
-use crate::tunnel::transport::TunnelStream;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version, header};
@@ -45,7 +45,12 @@ fn cookies_for_workspace(headers: &HeaderMap, name: &str) -> Option<HeaderValue>
 }
 
 /// Pass `request` to the workspace through `stream`, and its answer back.
-pub async fn forward(stream: TunnelStream, mut request: Request, forwarded: &Forwarded<'_>, watch: Watch) -> Response {
+pub async fn forward(
+    stream: WorkspaceStream,
+    mut request: Request,
+    forwarded: &Forwarded<'_>,
+    watch: Watch,
+) -> Response {
     let upgrade = upgrade_asked(request.headers());
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
     prepare(&mut request, forwarded, upgrade);

@@ -5,6 +5,7 @@
 
 use super::callers::{Asking, visible_workspace};
 use super::state::{ApiError, ApiResult, AppState};
+use super::tunnel_broker::StreamError;
 use super::workspace_access::{Recheck, TooManyStreams, Watch, Watched};
 use crate::protocol::ActualState;
 use crate::tunnel::OpenStream;
@@ -39,10 +40,6 @@ async fn open_port(
         let said = format!("workspace {name:?} is {}; start it first", workspace.actual_state.as_str());
         return Err(ApiError(StatusCode::CONFLICT, said));
     }
-    let Some(opener) = state.tunnels.opener(&agent) else {
-        let said = format!("agent {agent:?} is not connected to this control plane now; retry in a moment");
-        return Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, said));
-    };
     let who = caller.user_id().unwrap_or(crate::control_plane::decisions::access::ADMIN_TOKEN_ACTOR);
     let permit = state.streams.limits.admit(who, &agent, &name).map_err(|too_many| {
         let said = match too_many {
@@ -52,7 +49,14 @@ async fn open_port(
         ApiError(StatusCode::TOO_MANY_REQUESTS, said)
     })?;
     let open = OpenStream { namespace: workspace.namespace.clone(), workspace: name.clone(), port };
-    let stream = opener.open(&open).await.map_err(|error| refused(&name, port, &error))?;
+    let stream = match state.broker.open(&state.store, &state.tunnels, &agent, &open).await {
+        Ok(stream) => stream,
+        Err(StreamError::NotConnected) => {
+            let said = format!("agent {agent:?} is not connected to the control plane now; retry in a moment");
+            return Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, said));
+        }
+        Err(StreamError::Open(error)) => return Err(refused(&name, port, &error)),
+    };
     state.streams.activity.touch(&agent, &name);
     let watch = Watch::new(state.streams.clone(), &agent, &name, permit, recheck(&state, &request, &agent, &name));
     let upgraded = hyper::upgrade::on(&mut request);

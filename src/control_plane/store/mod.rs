@@ -16,6 +16,7 @@ pub mod rows;
 mod settings;
 mod sqlite_writer;
 mod statements;
+pub mod tunnel_registry;
 mod workspace_hosts;
 
 use super::decisions::agent_config::AgentConfig;

@@ -1,0 +1,89 @@
+//! Two control-plane processes on one PostgreSQL (#39): the agent's tunnel is held by one, and
+//! a browser or the CLI that reaches the other opens the workspace all the same, forwarded
+//! through the holder. Kill the holder: the other says the agent is not connected (a page,
+//! never a bare error) until the agent opens its tunnel again there, and then it opens again.
+
+use super::people::create_user;
+use super::support::ControlPlaneProcess;
+use super::support::postgres::{EXCLUSIVE, fresh_database};
+use super::workspace_support::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::time::Duration;
+
+fn port_of(control_plane: &ControlPlaneProcess) -> String {
+    control_plane.url.rsplit(':').next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
+    let _shared = EXCLUSIVE.lock().await;
+    let database = fresh_database("tunnel_processes").await;
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--workspaces-domain", DOMAIN, "--advertise-url", "{url}"];
+    let first = ControlPlaneProcess::start(&database, dir.path().join("first.log"), &flags);
+    let second = ControlPlaneProcess::start(&database, dir.path().join("second.log"), &flags);
+    let registered: Value = serde_json::from_str(&first.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
+    let agent_token = registered["token"].as_str().unwrap().to_string();
+    let alice = create_user(&first, "alice", &[]);
+    let created = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+        .args(["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
+        .env("WSYNC_SERVER", &first.url)
+        .env("WSYNC_TOKEN", &alice)
+        .env_remove("WSYNC_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(created.status.success());
+    report_running(&first, &agent_token, "ide", 1).await;
+    let pod = workspace_server().await;
+    let tunnel = agent_tunnel(&first, &agent_token, pod).await;
+
+    // Through the second process, which holds no tunnel: the CLI and a browser.
+    let forwarded = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+        .args(["workspaces", "--agent", "a1", "ssh", "ide", "--stdio", "--port", "8080"])
+        .env("WSYNC_SERVER", &second.url)
+        .env("WSYNC_TOKEN", &alice)
+        .env_remove("WSYNC_ADMIN_TOKEN")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut forwarded = forwarded;
+    let mut stdin = forwarded.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"GET /via-second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || forwarded.wait_with_output()),
+    )
+    .await
+    .expect("the forwarded stream ended with the workspace's end")
+    .unwrap()
+    .unwrap();
+    drop(stdin);
+    let answer = String::from_utf8_lossy(&output.stdout);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("/via-second"), "{answer}");
+
+    let tag = wsync::control_plane::decisions::workspace_hosts::agent_tag("a1");
+    let host = format!("8080-ide-{tag}.{DOMAIN}");
+    let url = format!("http://{host}:{}", port_of(&second));
+    let browser = browser(&second, &[&host]);
+    let session = page_session(&second, &alice).await;
+    let cookie = open_host(&browser, &second, &url, &session).await;
+    let page = browser.get(format!("{url}/through-second")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let seen: Value = page.json().await.unwrap();
+    assert_eq!(seen["path"], "/through-second");
+    assert!(tunnel.asked.lock().unwrap().len() >= 2, "both streams went through the one tunnel");
+
+    // The holder dies: the second says so, then the agent's tunnel there opens it again.
+    drop(first);
+    tunnel.task.abort();
+    let gone = browser.get(format!("{url}/")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(gone.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(gone.text().await.unwrap().contains("not connected"));
+    let _again = agent_tunnel(&second, &agent_token, pod).await;
+    let back = browser.get(format!("{url}/back")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(back.status(), StatusCode::OK, "open again through the new holder");
+    let seen: Value = back.json().await.unwrap();
+    assert_eq!(seen["path"], "/back");
+}
