@@ -150,7 +150,7 @@ kubectl -n wsync-demo-alice get pods -o wide
 
 if [ "$node" = 1 ]; then
   step "alice opens it: port 8080 through the control plane and the agent's tunnel, nothing exposed"
-  as_alice $wsync workspaces port-forward alice 18481:8080 >"$work/port-forward.log" 2>&1 &
+  env WSYNC_TOKEN="$ALICE_TOKEN" $wsync workspaces port-forward alice 18481:8080 >"$work/port-forward.log" 2>&1 &
   forward=$!
   for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18481/ >/dev/null 2>&1 && break; sleep 0.1; done
   curl -fsS http://127.0.0.1:18481/

@@ -21,12 +21,13 @@ CREATE TABLE IF NOT EXISTS workspace_host_sessions (
 
 ALTER TABLE workspaces ADD COLUMN last_activity_at BIGINT;
 
--- Which process holds each agent's tunnel, where its peers reach it, and the token they show
--- it: a process without the tunnel forwards a stream through the one that has it.
+-- Which process holds each agent's tunnel (and which of its tunnels), and where its peers
+-- reach it: a process without the tunnel forwards a stream through the one that has it,
+-- signed with the secret the processes share (never in the database).
 CREATE TABLE IF NOT EXISTS agent_tunnels (
     agent_id TEXT PRIMARY KEY,
     process_id TEXT NOT NULL,
+    tunnel_id TEXT NOT NULL,
     advertise_url TEXT NOT NULL,
-    forward_token TEXT NOT NULL,
-    opened_at BIGINT NOT NULL
+    held_at BIGINT NOT NULL
 );

@@ -62,34 +62,32 @@ fn parse_ports(ports: &str) -> Result<(u16, u16)> {
 /// Listen on loopback and forward each connection, until interrupted.
 pub async fn port_forward(server: &ServerArgs, agent: &str, name: &str, ports: &str) -> Result<()> {
     let (local, remote) = parse_ports(ports)?;
-    // One stream first: a refusal (no such workspace, an undeclared port) is said now, not
-    // at the first connection.
-    let first = open(server, agent, name, remote).await?;
+    // One stream first, then let go: a refusal (no such workspace, an undeclared port) is
+    // said now, not at the first connection.
+    drop(open(server, agent, name, remote).await?);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", local))
         .await
         .map_err(|e| Error::Io(format!("listening on 127.0.0.1:{local}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
     println!("Forwarding from {bound} to port {remote} of workspace {name}");
-    let mut ready = Some(first);
+    let (server, agent, name) = (std::sync::Arc::new(server.clone()), agent.to_string(), name.to_string());
     loop {
         let (socket, peer) = tokio::select! {
             accepted = listener.accept() => accepted.map_err(|e| Error::Io(e.to_string()))?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
-        let stream = match ready.take() {
-            Some(stream) => Ok(stream),
-            None => open(server, agent, name, remote).await,
-        };
-        match stream {
-            Ok(stream) => {
-                tokio::spawn(async move {
+        // Each connection opens its own stream, in a task of its own: a slow one holds no other.
+        let (server, agent, name) = (server.clone(), agent.clone(), name.clone());
+        tokio::spawn(async move {
+            match open(&server, &agent, &name, remote).await {
+                Ok(stream) => {
                     if let Err(error) = splice(socket, stream).await {
                         eprintln!("a connection from {peer} ended: {error}");
                     }
-                });
+                }
+                Err(error) => eprintln!("a connection from {peer} was not forwarded: {error}"),
             }
-            Err(error) => eprintln!("a connection from {peer} was not forwarded: {error}"),
-        }
+        });
     }
 }
 
@@ -160,7 +158,8 @@ pub fn ssh(
         proxy.extend(["--ca-file".to_string(), ca.display().to_string()]);
     }
     proxy.extend(["ssh".into(), name.into(), "--stdio".into(), "--port".into(), port.to_string()]);
-    let quoted: Vec<String> = proxy.iter().map(|word| shell_quote(word)).collect();
+    // ssh expands `%` in a ProxyCommand: each is doubled.
+    let quoted: Vec<String> = proxy.iter().map(|word| shell_quote(word).replace('%', "%%")).collect();
     let mut command = std::process::Command::new("ssh");
     command.arg("-o").arg(format!("ProxyCommand={}", quoted.join(" ")));
     // The host key is the workspace's: known under a name of its own, not the control plane's.

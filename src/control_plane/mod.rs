@@ -191,6 +191,11 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
 
+    /// The secret every control-plane process on this database shares (a mounted Secret),
+    /// which signs the streams they forward to each other; with --advertise-url.
+    #[arg(long, env = "WSYNC_FORWARD_SECRET_FILE")]
+    pub forward_secret_file: Option<PathBuf>,
+
     /// Streams to workspaces one user may hold open at once, in this process (requests in
     /// flight, WebSockets, SSH and port-forward connections).
     #[arg(long, env = "WSYNC_STREAMS_PER_USER", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
@@ -290,7 +295,10 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
         workspace_hosts,
         streams: Arc::new(streams),
-        broker: Arc::new(http::tunnel_broker::Broker::new(args.advertise_url.clone()).map_err(Error::AdvertiseUrl)?),
+        broker: Arc::new(
+            http::tunnel_broker::Broker::configured(args.advertise_url.clone(), args.forward_secret_file.as_deref())
+                .map_err(Error::AdvertiseUrl)?,
+        ),
         door: http::front_door::FrontDoor {
             allowed_hosts,
             scheme,
@@ -307,7 +315,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         },
         ..http::AppState::new(store, pipeline, admin)
     });
-    tokio::spawn(prune_audit_trail(state.store.clone(), state.audit_retention_ms));
+    tokio::spawn(state.store.clone().prune_every_hour(state.audit_retention_ms));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen { address: args.listen, source })?;
@@ -375,19 +383,6 @@ fn identity_provider(args: &ControlPlaneArgs, own_origin: &str) -> Result<Option
     tracing::info!(issuer = %config.issuer, redirect = %config.redirect_url, "signing people in through the identity provider");
     let provider = IdentityProvider::new(config).map_err(|e| Error::IdentityProvider(e.to_string()))?;
     Ok(Some(Arc::new(provider)))
-}
-
-/// Every hour, the audit entries past their retention go (every replica does it; it is idempotent).
-async fn prune_audit_trail(store: store::Store, retention_ms: i64) {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
-    loop {
-        every.tick().await;
-        match store.prune(retention_ms).await {
-            Ok(0) => {}
-            Ok(pruned) => tracing::info!(pruned, "audit entries past their retention were pruned"),
-            Err(error) => tracing::warn!(%error, "pruning the audit trail failed; the next hour tries again"),
-        }
-    }
 }
 
 /// A database URL without its password, for logs.

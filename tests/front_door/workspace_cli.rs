@@ -43,7 +43,7 @@ async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_us
 
     report_running(&control_plane, &agent_token, "ide", 1).await;
     let pod = workspace_server().await;
-    let _tunnel = agent_tunnel(&control_plane, &agent_token, pod).await;
+    let tunnel = agent_tunnel(&control_plane, &agent_token, pod).await;
 
     // Bob: the same answer as a workspace that does not exist.
     let refused = wsync_as(&control_plane, &bob, &["workspaces", "--agent", "a1", "port-forward", "ide", "0:8080"])
@@ -67,10 +67,18 @@ async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_us
     let mut stdout = std::io::BufReader::new(forward.stdout.take().unwrap());
     std::io::BufRead::read_line(&mut stdout, &mut said).unwrap();
     let local = said.split_whitespace().nth(2).unwrap().to_string();
+    // Each connection its own stream: three clients, each its own connection.
     for _ in 0..3 {
         let seen: Value = http().get(format!("http://{local}/through")).send().await.unwrap().json().await.unwrap();
         assert_eq!(seen["path"], "/through");
     }
+    let before = tunnel.asked.lock().unwrap().len();
+    for _ in 0..3 {
+        let client = reqwest::Client::new();
+        let seen: Value = client.get(format!("http://{local}/again")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(seen["path"], "/again");
+    }
+    assert_eq!(tunnel.asked.lock().unwrap().len(), before + 3, "a stream for each connection");
     forward.kill().unwrap();
     let _ = forward.wait();
 

@@ -20,7 +20,10 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     let _shared = EXCLUSIVE.lock().await;
     let database = fresh_database("tunnel_processes").await;
     let dir = tempfile::tempdir().unwrap();
-    let flags = ["--workspaces-domain", DOMAIN, "--advertise-url", "{url}"];
+    let secret = dir.path().join("forward-secret");
+    std::fs::write(&secret, super::support::secret_token("forward")).unwrap();
+    let secret = secret.display().to_string();
+    let flags = ["--workspaces-domain", DOMAIN, "--advertise-url", "{url}", "--forward-secret-file", &secret];
     let first = ControlPlaneProcess::start(&database, dir.path().join("first.log"), &flags);
     let second = ControlPlaneProcess::start(&database, dir.path().join("second.log"), &flags);
     let registered: Value = serde_json::from_str(&first.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
@@ -74,6 +77,33 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     let seen: Value = page.json().await.unwrap();
     assert_eq!(seen["path"], "/through-second");
     assert!(tunnel.asked.lock().unwrap().len() >= 2, "both streams went through the one tunnel");
+    // The agent's refusal comes back through the forward, by name.
+    let undeclared = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
+        .args(["workspaces", "--agent", "a1", "port-forward", "ide", "0:9999"])
+        .env("WSYNC_SERVER", &second.url)
+        .env("WSYNC_TOKEN", &alice)
+        .env_remove("WSYNC_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&undeclared.stderr).contains("declares no port 9999"));
+    // A forward not signed with the processes' secret, for that process, now, opens nothing.
+    let forward = format!("{}/api/v1/internal/streams", first.url);
+    let asked = r#"{"namespace":"wsync-a1-ide","workspace":"ide","port":8080}"#;
+    for (signature, process) in [("00", "anything"), ("", ""), ("zz", "x")] {
+        let answer = super::http()
+            .get(&forward)
+            .bearer_auth(signature)
+            .header("wsync-forward-process", process)
+            .header("wsync-forward-time", wsync::control_plane::model::now_ms().to_string())
+            .header("wsync-agent", "a1")
+            .header("wsync-open-stream", asked)
+            .header("connection", "upgrade")
+            .header("upgrade", "wsync-forward")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+    }
 
     // The holder dies: the second says so, then the agent's tunnel there opens it again.
     drop(first);

@@ -108,6 +108,14 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     browser.wait_until("the fetch to end", "window.answer !== 'pending'");
     let answer = browser.eval("window.answer");
     assert_eq!(answer.as_str(), Some("refused: TypeError"), "the browser kept the answer from the page: {answer}");
+    // Not for want of a network: the same request without credentials or CORS reaches the
+    // control plane, and the page gets an opaque answer it cannot read.
+    browser.eval(&format!(
+        "window.opaque = 'pending'; fetch('{api}', {{mode: 'no-cors'}}).then(r => window.opaque = r.type, \
+         e => window.opaque = 'failed: ' + e.name)"
+    ));
+    browser.wait_until("the no-cors fetch to end", "window.opaque !== 'pending'");
+    assert_eq!(browser.eval("window.opaque").as_str(), Some("opaque"));
 
     // Bob: the same 404 a missing workspace answers.
     let mut other = Browser::launch();

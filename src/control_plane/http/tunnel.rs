@@ -45,13 +45,18 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
     };
     let generation = state.tunnels.insert(&agent, opener, driver.abort_handle());
     tracing::info!(%agent, "an agent's tunnel opened");
-    // Where the other processes find it. A failure only keeps them from forwarding to it.
-    let holder = state.broker.holder();
-    if let Some(holder) = &holder
-        && let Err(error) = state.store.hold_tunnel(&agent, holder).await
-    {
-        tracing::warn!(%error, %agent, "could not record this process as the holder of an agent's tunnel");
-    }
+    // Where the other processes find it, written again at every recheck: a lost write heals.
+    let holder = state.broker.holder(generation);
+    let record = |holder: &Option<crate::control_plane::store::tunnel_registry::TunnelHolder>| {
+        let (state, agent, holder) = (state.clone(), agent.clone(), holder.clone());
+        async move {
+            let Some(holder) = holder else { return };
+            if let Err(error) = state.store.hold_tunnel(&agent, &holder).await {
+                tracing::warn!(%error, %agent, "could not record this process as the holder of an agent's tunnel");
+            }
+        }
+    };
+    record(&holder).await;
     let mut recheck = tokio::time::interval(state.tunnel_recheck);
     recheck.tick().await;
     // The token must be confirmed again within three rechecks: a database that stops
@@ -65,7 +70,10 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
                 break;
             }
             _ = recheck.tick() => match tokio::time::timeout(state.tunnel_recheck, state.store.agent_by_token(&token)).await {
-                Ok(Ok(Some(signed))) if signed.id == agent => confirmed = tokio::time::Instant::now(),
+                Ok(Ok(Some(signed))) if signed.id == agent => {
+                    confirmed = tokio::time::Instant::now();
+                    record(&holder).await;
+                }
                 Ok(Ok(_)) => {
                     tracing::info!(%agent, "the token that opened a tunnel no longer signs for its agent; closing it");
                     driver.abort();
@@ -82,9 +90,8 @@ async fn hold(state: Arc<AppState>, agent: String, token: String, upgraded: hype
         }
     }
     state.tunnels.remove(&agent, generation);
-    if holder.is_some()
-        && state.tunnels.opener(&agent).is_none()
-        && let Err(error) = state.store.release_tunnel(&agent, &state.broker.process_id).await
+    if let Some(holder) = &holder
+        && let Err(error) = state.store.release_tunnel(&agent, &holder.tunnel_id).await
     {
         tracing::warn!(%error, %agent, "could not record that this process no longer holds an agent's tunnel");
     }

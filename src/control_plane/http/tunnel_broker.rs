@@ -1,8 +1,9 @@
 //! A stream to a workspace from whichever process is asked (#39). The process that holds the
 //! agent's tunnel opens it there; any other, when it advertises a URL, finds the holder in the
-//! database (`store::tunnel_registry`) and asks it over HTTP (an upgrade on the holder's
-//! forward token), then relays. So a browser or a CLI may reach any process behind one
-//! Service, and the agent keeps one tunnel.
+//! database (`store::tunnel_registry`) and asks it over HTTP (an upgrade, signed with the
+//! secret the processes share, for that holder, that stream, within 30 s), then relays. So a
+//! browser or a CLI may reach any process behind one Service, and the agent keeps one tunnel.
+//! The database holds no secret: reading it opens nothing.
 
 use super::tunnels::Tunnels;
 use crate::control_plane::store::Store;
@@ -35,45 +36,89 @@ pub enum StreamError {
 /// This process, as its peers reach it.
 pub struct Broker {
     pub process_id: String,
-    /// Where peers reach this process (`--advertise-url`); None: it forwards nothing, and is
-    /// forwarded nothing.
+    /// Where peers reach this process (`--advertise-url`).
     pub advertise_url: Option<String>,
-    /// What a peer shows to have this process open a stream on its tunnel.
-    pub forward_token: String,
+    /// The secret every process shares (`--forward-secret-file`), which signs each forward;
+    /// without it and an advertised URL a process forwards nothing and is forwarded nothing.
+    secret: Option<Vec<u8>>,
     /// Built at the first forward: TLS's provider is installed by then.
     client: std::sync::OnceLock<reqwest::Client>,
 }
 
+/// How far a forward's time may be from the holder's clock.
+const FORWARD_SKEW_MS: i64 = 30_000;
+/// The header naming the process a forward is for, and the one with its time.
+pub const PROCESS_HEADER: &str = "wsync-forward-process";
+pub const TIME_HEADER: &str = "wsync-forward-time";
+
+type Signer = hmac::Hmac<sha2::Sha256>;
+
 impl Broker {
-    /// A process reached at `advertise_url`, or (None) by no peer.
-    pub fn new(advertise_url: Option<String>) -> Result<Self, String> {
-        let token = || crate::control_plane::store::new_token().map_err(|e| e.to_string());
+    /// A process reached at `advertise_url`, forwarding with `secret`.
+    pub fn new(advertise_url: Option<String>, secret: Option<String>) -> Result<Self, String> {
+        let process_id = crate::control_plane::store::new_token().map_err(|e| e.to_string())?;
         if let Some(url) = &advertise_url {
             let parsed = url::Url::parse(url).map_err(|e| format!("{url:?}: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() || parsed.path() != "/" {
                 return Err(format!("{url:?}: give this process's own http(s)://address:port, with no path"));
             }
         }
+        if advertise_url.is_some() != secret.is_some() {
+            return Err("--advertise-url and --forward-secret-file go together".into());
+        }
         let advertise_url = advertise_url.map(|url| url.trim_end_matches('/').to_string());
-        Ok(Self { process_id: token()?, advertise_url, forward_token: token()?, client: Default::default() })
+        let secret = secret.map(String::into_bytes);
+        Ok(Self { process_id, advertise_url, secret, client: Default::default() })
+    }
+
+    /// From the flags: the advertised URL, and the file holding the shared secret.
+    pub fn configured(advertise_url: Option<String>, secret_file: Option<&std::path::Path>) -> Result<Self, String> {
+        let secret = secret_file.map(crate::runtime::read_token_file).transpose();
+        let secret = secret.map_err(|e| format!("--forward-secret-file: {e}"))?;
+        Self::new(advertise_url, secret)
     }
 
     /// One that forwards nothing and is forwarded nothing.
     pub fn alone() -> Self {
-        Self {
-            process_id: String::new(),
-            advertise_url: None,
-            forward_token: String::new(),
-            client: Default::default(),
-        }
+        Self { process_id: String::new(), advertise_url: None, secret: None, client: Default::default() }
     }
 
-    /// Whether `shown` is this process's forward token (and it takes forwards at all).
-    pub fn takes(&self, shown: &str) -> bool {
-        use crate::control_plane::store::{hash_token, same_secret};
-        self.advertise_url.is_some()
-            && !self.forward_token.is_empty()
-            && same_secret(&hash_token(&self.forward_token), &hash_token(shown))
+    /// Tunnel `generation` of this process, as its holder row says it, when it forwards.
+    pub fn holder(&self, generation: u64) -> Option<TunnelHolder> {
+        self.secret.as_ref()?;
+        Some(TunnelHolder {
+            process_id: self.process_id.clone(),
+            tunnel_id: format!("{}-{generation}", self.process_id),
+            advertise_url: self.advertise_url.clone()?,
+        })
+    }
+
+    fn signer(&self) -> Option<Signer> {
+        use hmac::Mac;
+        Signer::new_from_slice(self.secret.as_deref()?).ok()
+    }
+
+    /// What signs a forward: the process it is for, the agent, the stream asked, the time.
+    fn signed(mut signer: Signer, process: &str, agent: &str, asked: &str, time: i64) -> Signer {
+        use hmac::Mac;
+        for part in [process, agent, asked, &time.to_string()] {
+            signer.update(part.as_bytes());
+            signer.update(b"\n");
+        }
+        signer
+    }
+
+    /// Whether a forward is this process's, recent, and signed with the shared secret.
+    pub fn verifies(&self, headers: &axum::http::HeaderMap, agent: &str, asked: &str, now: i64) -> bool {
+        use hmac::Mac;
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let Some(signer) = self.signer() else { return false };
+        let time: i64 = text(TIME_HEADER).parse().unwrap_or(i64::MIN);
+        if text(PROCESS_HEADER) != self.process_id || now.abs_diff(time) > FORWARD_SKEW_MS.unsigned_abs() {
+            return false;
+        }
+        let signature = text("authorization").strip_prefix("Bearer ").and_then(decode_hex).unwrap_or_default();
+        Self::signed(signer, &self.process_id, agent, asked, time).verify_slice(&signature).is_ok()
     }
 
     fn client(&self) -> &reqwest::Client {
@@ -84,15 +129,6 @@ impl Broker {
                 .connect_timeout(OPEN_TIMEOUT)
                 .build();
             built.unwrap_or_default()
-        })
-    }
-
-    /// This process as the holder of a tunnel, when it advertises a URL.
-    pub fn holder(&self) -> Option<TunnelHolder> {
-        Some(TunnelHolder {
-            process_id: self.process_id.clone(),
-            advertise_url: self.advertise_url.clone()?,
-            forward_token: self.forward_token.clone(),
         })
     }
 
@@ -108,7 +144,9 @@ impl Broker {
         if let Some(opener) = tunnels.opener(agent) {
             return Ok(Box::new(opener.open(open).await?));
         }
-        self.advertise_url.as_ref().ok_or(StreamError::NotConnected)?;
+        if self.holder(0).is_none() {
+            return Err(StreamError::NotConnected);
+        }
         let holder = match store.tunnel_holder(agent).await {
             Ok(Some(holder)) if holder.process_id != self.process_id => holder,
             Ok(_) => return Err(StreamError::NotConnected),
@@ -126,17 +164,30 @@ impl Broker {
         agent: &str,
         open: &OpenStream,
     ) -> Result<WorkspaceStream, StreamError> {
+        use hmac::Mac;
         let asked = serde_json::to_string(open).unwrap_or_default();
+        let time = crate::control_plane::model::now_ms();
+        let signer = self.signer().ok_or(StreamError::NotConnected)?;
+        let signature = Self::signed(signer, &holder.process_id, agent, &asked, time).finalize().into_bytes();
+        let signature: String = signature.iter().map(|b| format!("{b:02x}")).collect();
         let request = self
             .client()
             .get(format!("{}{FORWARD_PATH}", holder.advertise_url))
-            .bearer_auth(&holder.forward_token)
+            .bearer_auth(signature)
+            .header(PROCESS_HEADER, &holder.process_id)
+            .header(TIME_HEADER, time.to_string())
             .header(AGENT_HEADER, agent)
             .header(OPEN_HEADER, asked)
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, FORWARD_PROTOCOL)
             .send();
-        let response = match tokio::time::timeout(OPEN_TIMEOUT, request).await {
+        // The holder's own open may take OPEN_TIMEOUT: its refusal comes back, not a timeout.
+        let response = match tokio::time::timeout(
+            OPEN_TIMEOUT.saturating_add(std::time::Duration::from_secs(5)),
+            request,
+        )
+        .await
+        {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
                 // The holder is gone (killed, say): the agent reconnects to a live process.
@@ -153,7 +204,15 @@ impl Broker {
                 let message = response.text().await.unwrap_or_default().chars().take(1024).collect();
                 return Err(StreamError::Open(OpenError::Refused { label, message }));
             }
-            reqwest::StatusCode::SERVICE_UNAVAILABLE => return Err(StreamError::NotConnected),
+            reqwest::StatusCode::TOO_MANY_REQUESTS => return Err(StreamError::Open(OpenError::Busy)),
+            // No longer the holder, or a holder that does not know this process's signature
+            // (restarted: a new process id; or another secret): as good as not connected.
+            status @ (reqwest::StatusCode::SERVICE_UNAVAILABLE | reqwest::StatusCode::UNAUTHORIZED) => {
+                if status == reqwest::StatusCode::UNAUTHORIZED {
+                    tracing::warn!(agent, holder = %holder.advertise_url, "the holder of an agent's tunnel refused this process's forward: a restarted holder, or --forward-secret-file differs");
+                }
+                return Err(StreamError::NotConnected);
+            }
             other => return Err(StreamError::Open(OpenError::Unexpected(other))),
         }
         let upgraded = tokio::time::timeout(OPEN_TIMEOUT, response.upgrade()).await;
@@ -162,4 +221,11 @@ impl Broker {
             _ => Err(StreamError::Open(OpenError::TimedOut)),
         }
     }
+}
+
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }

@@ -1,10 +1,11 @@
 //! `GET /api/v1/internal/streams` (#39): a peer process, without the agent's tunnel, asks the
-//! process that holds it for a stream, showing this process's forward token. The stream is
-//! opened on the tunnel and the connection becomes it. Only the holder's token opens one: it
-//! is random, per process, and known only through the database.
+//! process that holds it for a stream, signed with the secret the processes share, for this
+//! process and that stream, within 30 s. The stream is opened on the tunnel, the connection
+//! becomes it, and it is closed once idle past the streams' idle timeout.
 
-use super::state::{AppState, bearer};
+use super::state::AppState;
 use super::tunnel_broker::{AGENT_HEADER, FORWARD_PROTOCOL};
+use super::workspace_access::{Watched, idle_for};
 use crate::tunnel::OpenStream;
 use crate::tunnel::transport::{OPEN_HEADER, OpenError, REFUSAL_HEADER};
 use axum::extract::{Request, State};
@@ -14,12 +15,13 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 
 pub async fn forward(State(state): State<Arc<AppState>>, mut request: Request) -> Response {
-    if !state.broker.takes(bearer(request.headers()).unwrap_or_default()) {
+    let agent = request.headers().get(AGENT_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let asked = request.headers().get(OPEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !state.broker.verifies(request.headers(), &agent, asked, state.store.now()) {
+        tracing::warn!(%agent, "refused a forwarded stream that is not signed for this process, now");
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let agent = request.headers().get(AGENT_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let asked = request.headers().get(OPEN_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    let open = match OpenStream::parse(asked) {
+    let open = match OpenStream::parse(asked.as_bytes()) {
         Ok(open) => open,
         Err(refusal) => return (StatusCode::BAD_REQUEST, refusal.to_string()).into_response(),
     };
@@ -35,14 +37,20 @@ pub async fn forward(State(state): State<Arc<AppState>>, mut request: Request) -
             }
             return refused;
         }
+        Err(OpenError::Busy) => return (StatusCode::TOO_MANY_REQUESTS, "the agent's tunnel is full").into_response(),
         Err(error) => return (StatusCode::BAD_GATEWAY, error.to_string()).into_response(),
     };
+    tracing::info!(%agent, namespace = %open.namespace, workspace = %open.workspace, port = open.port, "opened a forwarded stream");
+    let idle = state.streams.limits.idle_timeout;
     let upgraded = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         let Ok(upgraded) = upgraded.await else { return };
-        let mut peer = TokioIo::new(upgraded);
-        if let Err(error) = tokio::io::copy_bidirectional(&mut peer, &mut stream).await {
-            tracing::debug!(%error, "a forwarded stream ended with an error");
+        let (mut peer, moved) = Watched::new(TokioIo::new(upgraded));
+        tokio::select! {
+            copied = tokio::io::copy_bidirectional(&mut peer, &mut stream) => if let Err(error) = copied {
+                tracing::debug!(%error, "a forwarded stream ended with an error");
+            },
+            () = idle_for(moved, idle) => tracing::debug!("closed a forwarded stream idle past the limit"),
         }
     });
     let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();

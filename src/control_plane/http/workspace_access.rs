@@ -263,8 +263,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
-/// Runs beside a stream until it has moved no bytes for `idle`, marking the workspace active
-/// whenever it has: the caller drops the stream when this returns.
+/// Resolves once a stream has moved no bytes for `idle`.
+pub async fn idle_for(moved: Arc<AtomicBool>, idle: Duration) {
+    watch_stream(moved, idle, || {}).await
+}
+
 /// Resolves once the recheck says no; a recheck that fails (the database) keeps the stream.
 async fn revoked(recheck: &Recheck, every: Duration) {
     loop {
@@ -275,6 +278,8 @@ async fn revoked(recheck: &Recheck, every: Duration) {
     }
 }
 
+/// Runs beside a stream until it has moved no bytes for `idle`, marking the workspace active
+/// whenever it has: the caller drops the stream when this returns.
 async fn watch_stream(moved: Arc<AtomicBool>, idle: Duration, activity: impl Fn()) {
     let tick = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(15));
     let mut quiet_since = Instant::now();

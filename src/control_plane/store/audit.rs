@@ -115,3 +115,19 @@ impl Store {
             .rows_affected())
     }
 }
+
+impl Store {
+    /// Every hour, the audit entries past their retention go (every replica does it; it is
+    /// idempotent).
+    pub async fn prune_every_hour(self, retention_ms: i64) {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match self.prune(retention_ms).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "audit entries past their retention were pruned"),
+                Err(error) => tracing::warn!(%error, "pruning the audit trail failed; the next hour tries again"),
+            }
+        }
+    }
+}
