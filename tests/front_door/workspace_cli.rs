@@ -4,21 +4,10 @@
 
 use super::people::create_user;
 use super::support::ControlPlaneProcess;
-use super::workspace_support::{agent_tunnel, report_running, workspace_json, workspace_server};
+use super::support::workspace_streams::{port_forward, through_stdio};
+use super::workspace_support::{agent_tunnel, report_running, workspace_json, workspace_server, wsync_as};
 use super::{http, sqlite};
 use serde_json::Value;
-use std::time::Duration;
-
-/// `wsync <args>` as whoever holds `token`, spawned.
-fn wsync_as(control_plane: &ControlPlaneProcess, token: &str, args: &[&str]) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"));
-    command
-        .args(args)
-        .env("WSYNC_SERVER", &control_plane.url)
-        .env("WSYNC_TOKEN", token)
-        .env_remove("WSYNC_ADMIN_TOKEN");
-    command
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_user_alone() {
@@ -58,15 +47,11 @@ async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_us
     assert!(String::from_utf8_lossy(&undeclared.stderr).contains("declares no port 9999"));
 
     // Alice: a local port that is the workspace's, for every connection.
-    let mut forward =
-        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "port-forward", "ide", "0:8080"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-    let mut said = String::new();
-    let mut stdout = std::io::BufReader::new(forward.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut stdout, &mut said).unwrap();
-    let local = said.split_whitespace().nth(2).unwrap().to_string();
+    let (mut forward, local) = port_forward(&mut wsync_as(
+        &control_plane,
+        &alice,
+        &["workspaces", "--agent", "a1", "port-forward", "ide", "0:8080"],
+    ));
     // Each connection its own stream: three clients, each its own connection.
     for _ in 0..3 {
         let seen: Value = http().get(format!("http://{local}/through")).send().await.unwrap().json().await.unwrap();
@@ -82,24 +67,11 @@ async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_us
     forward.kill().unwrap();
     let _ = forward.wait();
 
-    // The ProxyCommand form: the stream on standard input and output.
-    let mut proxy =
-        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "ssh", "ide", "--stdio", "--port", "8080"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-    let mut stdin = proxy.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"GET /by-stdio HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    // The workspace closes after its answer: the proxy ends though its input is still open.
-    let output =
-        tokio::time::timeout(Duration::from_secs(20), tokio::task::spawn_blocking(move || proxy.wait_with_output()))
-            .await
-            .expect("the proxy ended with the workspace's end")
-            .unwrap()
-            .unwrap();
-    drop(stdin);
-    let answer = String::from_utf8_lossy(&output.stdout);
+    // The ProxyCommand form: the stream on standard input and output; the workspace closes
+    // after its answer, and the proxy ends though its input is still open.
+    let proxy =
+        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "ssh", "ide", "--stdio", "--port", "8080"]);
+    let answer = through_stdio(proxy, b"GET /by-stdio HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("/by-stdio"), "{answer}");
     assert!(workspace_json(&control_plane, "ide")["last_activity_at"].as_i64().is_some());
 }

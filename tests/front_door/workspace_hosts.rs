@@ -28,13 +28,10 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
         serde_json::from_str(&control_plane.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
     let agent_token = registered["token"].as_str().unwrap().to_string();
     let (alice, bob) = (create_user(&control_plane, "alice", &[]), create_user(&control_plane, "bob", &[]));
-    let created = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
-        .args(["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
-        .env("WSYNC_SERVER", &control_plane.url)
-        .env("WSYNC_TOKEN", &alice)
-        .env_remove("WSYNC_ADMIN_TOKEN")
-        .output()
-        .unwrap();
+    let created =
+        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
+            .output()
+            .unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let tag = wsync::control_plane::decisions::workspace_hosts::agent_tag("a1");
     let host = format!("8080-ide-{tag}.{DOMAIN}");

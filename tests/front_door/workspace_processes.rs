@@ -6,10 +6,10 @@
 use super::people::create_user;
 use super::support::ControlPlaneProcess;
 use super::support::postgres::{EXCLUSIVE, fresh_database};
+use super::support::workspace_streams::through_stdio;
 use super::workspace_support::*;
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::time::Duration;
 
 fn port_of(control_plane: &ControlPlaneProcess) -> String {
     control_plane.url.rsplit(':').next().unwrap_or_default().to_string()
@@ -29,11 +29,7 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     let registered: Value = serde_json::from_str(&first.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
     let agent_token = registered["token"].as_str().unwrap().to_string();
     let alice = create_user(&first, "alice", &[]);
-    let created = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
-        .args(["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
-        .env("WSYNC_SERVER", &first.url)
-        .env("WSYNC_TOKEN", &alice)
-        .env_remove("WSYNC_ADMIN_TOKEN")
+    let created = wsync_as(&first, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
         .output()
         .unwrap();
     assert!(created.status.success());
@@ -42,28 +38,8 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     let tunnel = agent_tunnel(&first, &agent_token, pod).await;
 
     // Through the second process, which holds no tunnel: the CLI and a browser.
-    let forwarded = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
-        .args(["workspaces", "--agent", "a1", "ssh", "ide", "--stdio", "--port", "8080"])
-        .env("WSYNC_SERVER", &second.url)
-        .env("WSYNC_TOKEN", &alice)
-        .env_remove("WSYNC_ADMIN_TOKEN")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut forwarded = forwarded;
-    let mut stdin = forwarded.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"GET /via-second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let output = tokio::time::timeout(
-        Duration::from_secs(20),
-        tokio::task::spawn_blocking(move || forwarded.wait_with_output()),
-    )
-    .await
-    .expect("the forwarded stream ended with the workspace's end")
-    .unwrap()
-    .unwrap();
-    drop(stdin);
-    let answer = String::from_utf8_lossy(&output.stdout);
+    let proxy = wsync_as(&second, &alice, &["workspaces", "--agent", "a1", "ssh", "ide", "--stdio", "--port", "8080"]);
+    let answer = through_stdio(proxy, b"GET /via-second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("/via-second"), "{answer}");
 
     let tag = wsync::control_plane::decisions::workspace_hosts::agent_tag("a1");
@@ -78,13 +54,8 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     assert_eq!(seen["path"], "/through-second");
     assert!(tunnel.asked.lock().unwrap().len() >= 2, "both streams went through the one tunnel");
     // The agent's refusal comes back through the forward, by name.
-    let undeclared = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"))
-        .args(["workspaces", "--agent", "a1", "port-forward", "ide", "0:9999"])
-        .env("WSYNC_SERVER", &second.url)
-        .env("WSYNC_TOKEN", &alice)
-        .env_remove("WSYNC_ADMIN_TOKEN")
-        .output()
-        .unwrap();
+    let undeclared =
+        wsync_as(&second, &alice, &["workspaces", "--agent", "a1", "port-forward", "ide", "0:9999"]).output().unwrap();
     assert!(String::from_utf8_lossy(&undeclared.stderr).contains("declares no port 9999"));
     // A forward not signed with the processes' secret, for that process, now, opens nothing.
     let forward = format!("{}/api/v1/internal/streams", first.url);

@@ -211,3 +211,14 @@ pub(super) async fn report_running(control_plane: &ControlPlaneProcess, token: &
 pub(super) fn workspace_json(control_plane: &ControlPlaneProcess, name: &str) -> Value {
     serde_json::from_str(&control_plane.cli(&["workspaces", "--agent", "a1", "get", name, "-o", "json"])).unwrap()
 }
+
+/// `wsync <args>` against `control_plane` as whoever holds `token`, not yet run.
+pub(super) fn wsync_as(control_plane: &ControlPlaneProcess, token: &str, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wsync"));
+    command
+        .args(args)
+        .env("WSYNC_SERVER", &control_plane.url)
+        .env("WSYNC_TOKEN", token)
+        .env_remove("WSYNC_ADMIN_TOKEN");
+    command
+}

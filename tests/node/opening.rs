@@ -5,6 +5,7 @@
 //! neither the control plane's cookie nor its API.
 
 use crate::support::browser::Browser;
+use crate::support::workspace_streams::port_forward;
 use crate::support::*;
 use crate::*;
 use serde_json::Value;
@@ -72,14 +73,8 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     assert!(services.split_whitespace().all(|t| t == "ClusterIP"), "nothing exposed: {services}");
 
     // The CLI: a local port that is the Pod's.
-    let mut forward = wsync_as(&node, &alice, &["workspaces", "port-forward", "web", "0:8080"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    let mut stdout = std::io::BufReader::new(forward.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut stdout, &mut said).unwrap();
-    let local = said.split_whitespace().nth(2).expect("the local address").to_string();
+    let (mut forward, local) =
+        port_forward(&mut wsync_as(&node, &alice, &["workspaces", "port-forward", "web", "0:8080"]));
     let page = eventually("the Pod's page through port-forward", LONG, || {
         let out = Command::new("curl").args(["-fsS", "--max-time", "5", &format!("http://{local}/")]).output().ok()?;
         let body = String::from_utf8_lossy(&out.stdout).to_string();

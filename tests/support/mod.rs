@@ -15,6 +15,7 @@ pub mod server_side_apply;
 pub mod stub;
 pub mod system;
 pub mod tls;
+pub mod workspace_streams;
 
 pub use agent::AgentProcess;
 

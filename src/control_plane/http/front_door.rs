@@ -159,6 +159,11 @@ fn is_json(content_type: Option<&str>) -> bool {
         .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// The host a request names: HTTP/2's `:authority`, else its Host header.
+pub fn request_host<'a>(uri: &'a axum::http::Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    uri.authority().map(|a| a.as_str()).or_else(|| text(headers, &header::HOST))
+}
+
 /// The value of cookie `name` in a Cookie header.
 pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers

@@ -21,19 +21,15 @@ use crate::control_plane::model::Workspace;
 use crate::protocol::ActualState;
 use crate::tunnel::OpenStream;
 use axum::extract::Request;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 use std::sync::Arc;
 
 /// Answer one request to a workspace's host.
 pub async fn serve(state: Arc<AppState>, request: Request) -> Response {
     let Some(hosts) = state.workspace_hosts.as_ref() else { return page(StatusCode::NOT_FOUND, "Not found", "") };
-    let named = request
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .or_else(|| request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string));
-    let Some(host) = named.as_deref().and_then(|named| hosts.domain.workspace_host(named)) else {
+    let named = super::front_door::request_host(request.uri(), request.headers());
+    let Some(host) = named.and_then(|named| hosts.domain.workspace_host(named)) else {
         return no_workspace();
     };
     let host_name = host.name(&hosts.domain);
