@@ -2,10 +2,11 @@
 //! port-forward` and the `ssh` ProxyCommand form, as the workspace's user alone. The agent is
 //! the test's own tunnel end (`workspace_hosts`); a real ssh session is the node tier's.
 
-use super::people::create_user;
 use super::support::ControlPlaneProcess;
 use super::support::workspace_streams::{port_forward, through_stdio};
-use super::workspace_support::{agent_tunnel, report_running, workspace_json, workspace_server, wsync_as};
+use super::workspace_support::{
+    agent_tunnel, alice_and_bob_with_a_workspace, report_running, workspace_json, workspace_server, wsync_as,
+};
 use super::{http, sqlite};
 use serde_json::Value;
 
@@ -13,15 +14,7 @@ use serde_json::Value;
 async fn the_cli_forwards_a_declared_port_and_is_an_ssh_proxy_command_for_its_user_alone() {
     let dir = tempfile::tempdir().unwrap();
     let control_plane = ControlPlaneProcess::start(&sqlite(&dir), dir.path().join("cp.log"), &[]);
-    let registered: Value =
-        serde_json::from_str(&control_plane.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
-    let agent_token = registered["token"].as_str().unwrap().to_string();
-    let (alice, bob) = (create_user(&control_plane, "alice", &[]), create_user(&control_plane, "bob", &[]));
-    let created =
-        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
-            .output()
-            .unwrap();
-    assert!(created.status.success());
+    let (agent_token, alice, bob) = alice_and_bob_with_a_workspace(&control_plane);
 
     // Not running yet: said at once.
     let early = wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "port-forward", "ide", "0:8080"])

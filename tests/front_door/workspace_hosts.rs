@@ -5,7 +5,6 @@
 //! here is the test's own tunnel end, dialling a local server that stands for the Pod: the
 //! real agent's gate is proven in the apiserver and node tiers.
 
-use super::people::create_user;
 use super::support::ControlPlaneProcess;
 use super::workspace_support::*;
 use super::{http, sqlite};
@@ -24,15 +23,7 @@ async fn its_owner_opens_a_workspace_port_on_a_host_of_its_own_and_no_one_else_d
         dir.path().join("cp.log"),
         &["--workspaces-domain", DOMAIN, "--tunnel-recheck", "300ms"],
     );
-    let registered: Value =
-        serde_json::from_str(&control_plane.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
-    let agent_token = registered["token"].as_str().unwrap().to_string();
-    let (alice, bob) = (create_user(&control_plane, "alice", &[]), create_user(&control_plane, "bob", &[]));
-    let created =
-        wsync_as(&control_plane, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
-            .output()
-            .unwrap();
-    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let (agent_token, alice, bob) = alice_and_bob_with_a_workspace(&control_plane);
     let tag = wsync::control_plane::decisions::workspace_hosts::agent_tag("a1");
     let host = format!("8080-ide-{tag}.{DOMAIN}");
     let port = control_plane.url.rsplit(':').next().unwrap().to_string();

@@ -3,7 +3,6 @@
 //! through the holder. Kill the holder: the other says the agent is not connected (a page,
 //! never a bare error) until the agent opens its tunnel again there, and then it opens again.
 
-use super::people::create_user;
 use super::support::ControlPlaneProcess;
 use super::support::postgres::{EXCLUSIVE, fresh_database};
 use super::support::workspace_streams::through_stdio;
@@ -26,13 +25,7 @@ async fn a_workspace_opens_through_either_process_whichever_holds_the_tunnel() {
     let flags = ["--workspaces-domain", DOMAIN, "--advertise-url", "{url}", "--forward-secret-file", &secret];
     let first = ControlPlaneProcess::start(&database, dir.path().join("first.log"), &flags);
     let second = ControlPlaneProcess::start(&database, dir.path().join("second.log"), &flags);
-    let registered: Value = serde_json::from_str(&first.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
-    let agent_token = registered["token"].as_str().unwrap().to_string();
-    let alice = create_user(&first, "alice", &[]);
-    let created = wsync_as(&first, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
-        .output()
-        .unwrap();
-    assert!(created.status.success());
+    let (agent_token, alice, _) = alice_and_bob_with_a_workspace(&first);
     report_running(&first, &agent_token, "ide", 1).await;
     let pod = workspace_server().await;
     let tunnel = agent_tunnel(&first, &agent_token, pod).await;

@@ -2,6 +2,7 @@
 //! the test's own end of an agent's tunnel, a browser that resolves the workspaces' hosts, and
 //! a browser's sign-in to one.
 
+use super::people::create_user;
 use super::support::ControlPlaneProcess;
 use super::{http, post_sign_in};
 use axum::body::Body;
@@ -221,4 +222,19 @@ pub(super) fn wsync_as(control_plane: &ControlPlaneProcess, token: &str, args: &
         .env("WSYNC_TOKEN", token)
         .env_remove("WSYNC_ADMIN_TOKEN");
     command
+}
+
+/// Agent `a1` registered, users alice and bob, and alice's workspace `ide`, not yet running:
+/// the agent's token, alice's and bob's.
+pub(super) fn alice_and_bob_with_a_workspace(control_plane: &ControlPlaneProcess) -> (String, String, String) {
+    let registered: Value =
+        serde_json::from_str(&control_plane.cli(&["agents", "register", "a1", "-o", "json"])).unwrap();
+    let agent_token = registered["token"].as_str().unwrap().to_string();
+    let (alice, bob) = (create_user(control_plane, "alice", &[]), create_user(control_plane, "bob", &[]));
+    let created =
+        wsync_as(control_plane, &alice, &["workspaces", "--agent", "a1", "create", "ide", "--image", "busybox"])
+            .output()
+            .unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    (agent_token, alice, bob)
 }

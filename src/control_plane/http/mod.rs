@@ -22,6 +22,7 @@ pub mod tunnel_forward;
 pub mod tunnels;
 pub mod ui;
 pub mod ui_people;
+pub mod upgrades;
 pub mod validation;
 pub mod workspace_access;
 pub mod workspace_host_auth;
@@ -70,11 +71,7 @@ pub fn router(state: Arc<AppState>, body_timeout: std::time::Duration) -> Router
     Router::new().fallback_service(tower::service_fn(move |request: axum::extract::Request| {
         let (state, control_plane) = (state.clone(), control_plane.clone());
         async move {
-            let host = request
-                .uri()
-                .authority()
-                .map(|a| a.as_str())
-                .or_else(|| request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()));
+            let host = front_door::request_host(request.uri(), request.headers());
             let workspaces =
                 state.workspace_hosts.as_ref().is_some_and(|h| host.is_some_and(|host| h.domain.covers(host)));
             if workspaces {

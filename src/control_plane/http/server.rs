@@ -262,11 +262,7 @@ fn tracking(
 > + Clone {
     tower::service_fn(move |mut request: axum::http::Request<hyper::body::Incoming>| {
         let open = OpenRequest::begin(&connection.activity);
-        let host = request
-            .uri()
-            .authority()
-            .map(|a| a.as_str())
-            .or_else(|| request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()));
+        let host = super::front_door::request_host(request.uri(), request.headers());
         let workspace =
             connection.workspaces_domain.as_ref().as_ref().is_some_and(|d| host.is_some_and(|h| d.covers(h)));
         let agents = !workspace && connection.agent_paths.iter().any(|path| path == request.uri().path());

@@ -8,7 +8,6 @@ use super::state::{AppState, authenticate_agent, bearer};
 use crate::tunnel::UPGRADE_PROTOCOL;
 use crate::tunnel::transport::Opener;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
@@ -19,18 +18,13 @@ pub async fn tunnel(State(state): State<Arc<AppState>>, request: axum::extract::
         Ok(agent) => agent,
         Err(refused) => return refused.into_response(),
     };
-    let upgrade = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if !upgrade.eq_ignore_ascii_case(UPGRADE_PROTOCOL) {
-        let said = format!("the tunnel is an HTTP/1.1 upgrade: send Upgrade: {UPGRADE_PROTOCOL}");
-        return (StatusCode::UPGRADE_REQUIRED, [(header::UPGRADE, UPGRADE_PROTOCOL)], said).into_response();
+    if let Some(refused) = super::upgrades::refused_unless(request.headers(), UPGRADE_PROTOCOL, "the tunnel") {
+        return refused;
     }
     let token = bearer(request.headers()).unwrap_or_default().to_string();
     let upgraded = hyper::upgrade::on(request);
     tokio::spawn(hold(state.clone(), agent.id, token, upgraded));
-    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(UPGRADE_PROTOCOL));
-    response
+    super::upgrades::switching_to(UPGRADE_PROTOCOL)
 }
 
 /// Hold one tunnel until it closes, or until its token no longer signs for its agent.

@@ -5,11 +5,12 @@
 
 use super::state::AppState;
 use super::tunnel_broker::{AGENT_HEADER, FORWARD_PROTOCOL};
+use super::upgrades::{splice, switching_to};
 use super::workspace_access::{Watched, idle_for};
 use crate::tunnel::OpenStream;
 use crate::tunnel::transport::{OPEN_HEADER, OpenError, REFUSAL_HEADER};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ pub async fn forward(State(state): State<Arc<AppState>>, mut request: Request) -
     let Some(opener) = state.tunnels.opener(&agent) else {
         return (StatusCode::SERVICE_UNAVAILABLE, "this process no longer holds the agent's tunnel").into_response();
     };
-    let mut stream = match opener.open(&open).await {
+    let stream = match opener.open(&open).await {
         Ok(stream) => stream,
         Err(OpenError::Refused { label, message }) => {
             let mut refused = (StatusCode::FORBIDDEN, message).into_response();
@@ -45,16 +46,8 @@ pub async fn forward(State(state): State<Arc<AppState>>, mut request: Request) -
     let upgraded = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         let Ok(upgraded) = upgraded.await else { return };
-        let (mut peer, moved) = Watched::new(TokioIo::new(upgraded));
-        tokio::select! {
-            copied = tokio::io::copy_bidirectional(&mut peer, &mut stream) => if let Err(error) = copied {
-                tracing::debug!(%error, "a forwarded stream ended with an error");
-            },
-            () = idle_for(moved, idle) => tracing::debug!("closed a forwarded stream idle past the limit"),
-        }
+        let (peer, moved) = Watched::new(TokioIo::new(upgraded));
+        splice(peer, stream, idle_for(moved, idle), "a forwarded stream").await;
     });
-    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(FORWARD_PROTOCOL));
-    response
+    switching_to(FORWARD_PROTOCOL)
 }

@@ -9,17 +9,17 @@
 
 use super::state::AppState;
 use super::tunnel_broker::StreamError;
-use super::workspace_access::{Recheck, Watch, WorkspaceHosts};
+use super::workspace_access::{Recheck, WorkspaceHosts};
 use super::workspace_host_auth::{AUTH_PATH, from_another_site, host_cookie_name, host_session, redeem, sign_in_first};
 use super::workspace_pages::{
     agent_not_connected, cross_site, no_workspace, not_running, page, stream_refused, too_many_streams, unavailable,
 };
 use super::workspace_relay::Forwarded;
+use super::workspace_streams::{NotOpened, open_stream};
 use crate::control_plane::decisions::access::Caller;
 use crate::control_plane::decisions::workspace_hosts::WorkspaceHost;
 use crate::control_plane::model::Workspace;
 use crate::protocol::ActualState;
-use crate::tunnel::OpenStream;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -99,23 +99,15 @@ async fn open(
     if workspace.actual_state != ActualState::Running {
         return not_running(workspace);
     }
-    let who = caller.user_id().unwrap_or(crate::control_plane::decisions::access::ADMIN_TOKEN_ACTOR);
-    let permit = match state.streams.limits.admit(who, &workspace.agent_id, &workspace.name) {
-        Ok(permit) => permit,
-        Err(too_many) => return too_many_streams(too_many),
+    let (stream, watch) = match open_stream(state, caller, workspace, host.port, recheck).await {
+        Ok(opened) => opened,
+        Err(NotOpened::TooMany(too_many)) => return too_many_streams(too_many),
+        Err(NotOpened::Stream(StreamError::NotConnected)) => return agent_not_connected(),
+        Err(NotOpened::Stream(StreamError::Open(error))) => return stream_refused(workspace, host.port, &error),
     };
-    let asked =
-        OpenStream { namespace: workspace.namespace.clone(), workspace: workspace.name.clone(), port: host.port };
-    let stream = match state.broker.open(&state.store, &state.tunnels, &workspace.agent_id, &asked).await {
-        Ok(stream) => stream,
-        Err(StreamError::NotConnected) => return agent_not_connected(),
-        Err(StreamError::Open(error)) => return stream_refused(workspace, host.port, &error),
-    };
-    state.streams.activity.touch(&workspace.agent_id, &workspace.name);
     let client = state.client(request.extensions());
     let authority = format!("{host_name}{}", hosts.port_suffix);
     let forwarded =
         Forwarded { host: &authority, scheme: hosts.scheme, client, cookie: host_cookie_name(hosts.secure()) };
-    let watch = Watch::new(state.streams.clone(), &workspace.agent_id, &workspace.name, permit, recheck);
     super::workspace_relay::forward(stream, request, &forwarded, watch).await
 }

@@ -90,9 +90,14 @@ pub async fn forward(
 
 /// The `Upgrade` a request asks for (a WebSocket's, say), when it asks for one.
 fn upgrade_asked(headers: &HeaderMap) -> Option<HeaderValue> {
-    let connection = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
-    let asks = connection.flat_map(|v| v.split(',')).any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let asks = connection_tokens(headers).any(|token| token.eq_ignore_ascii_case("upgrade"));
     asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()
+}
+
+/// What the `Connection` headers name, each trimmed.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    let values = headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok());
+    values.flat_map(|v| v.split(',')).map(str::trim)
 }
 
 /// The request as the workspace gets it: HTTP/1.1 in origin form, its own Host, the client
@@ -126,13 +131,8 @@ fn prepare(request: &mut Request, forwarded: &Forwarded<'_>, upgrade: Option<Hea
 
 /// Remove one hop's headers: the fixed ones, those `Connection` names, and `Upgrade`.
 fn strip_hop_by_hop(headers: &mut HeaderMap, request: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    let named: Vec<HeaderName> =
+        connection_tokens(headers).filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok()).collect();
     for name in HOP_BY_HOP.iter().chain(&named) {
         headers.remove(name);
     }
@@ -176,11 +176,7 @@ async fn splice(
         Ok(both) => both,
         Err(error) => return tracing::debug!(%error, "an upgrade through a workspace host failed"),
     };
-    let (mut client, mut workspace) = (TokioIo::new(client), TokioIo::new(workspace));
-    tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut workspace) => if let Err(error) = copied {
-            tracing::debug!(%error, "an upgraded workspace connection ended with an error");
-        },
-        () = watch.until_idle(moved) => tracing::debug!("closed an upgraded workspace connection idle past the limit"),
-    }
+    let stop = watch.until_idle(moved);
+    super::upgrades::splice(TokioIo::new(client), TokioIo::new(workspace), stop, "an upgraded workspace connection")
+        .await;
 }

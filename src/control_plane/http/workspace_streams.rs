@@ -5,14 +5,16 @@
 
 use super::callers::{Asking, visible_workspace};
 use super::state::{ApiError, ApiResult, AppState};
-use super::tunnel_broker::StreamError;
+use super::tunnel_broker::{StreamError, WorkspaceStream};
+use super::upgrades::{refused_unless, splice, switching_to};
 use super::workspace_access::{Recheck, TooManyStreams, Watch, Watched};
+use crate::control_plane::decisions::access::Caller;
+use crate::control_plane::model::Workspace;
 use crate::protocol::ActualState;
 use crate::tunnel::OpenStream;
 use crate::tunnel::transport::OpenError;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::StatusCode;
 use axum::routing::get;
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
@@ -31,50 +33,61 @@ async fn open_port(
     mut request: Request,
 ) -> ApiResult {
     let workspace = visible_workspace(&state, &caller, &agent, &name).await?;
-    let asked = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if !asked.eq_ignore_ascii_case(STREAM_PROTOCOL) {
-        let said = format!("a port is opened as an HTTP/1.1 upgrade: send Upgrade: {STREAM_PROTOCOL}");
-        return Ok((StatusCode::UPGRADE_REQUIRED, [(header::UPGRADE, STREAM_PROTOCOL)], said).into_response());
+    if let Some(refused) = refused_unless(request.headers(), STREAM_PROTOCOL, "a port") {
+        return Ok(refused);
     }
     if workspace.actual_state != ActualState::Running {
         let said = format!("workspace {name:?} is {}; start it first", workspace.actual_state.as_str());
         return Err(ApiError(StatusCode::CONFLICT, said));
     }
-    let who = caller.user_id().unwrap_or(crate::control_plane::decisions::access::ADMIN_TOKEN_ACTOR);
-    let permit = state.streams.limits.admit(who, &agent, &name).map_err(|too_many| {
-        let said = match too_many {
-            TooManyStreams::User(n) => format!("you have {n} streams open to workspaces, the most allowed"),
-            TooManyStreams::Workspace(n) => format!("workspace {name:?} has {n} streams open, the most allowed"),
-        };
-        ApiError(StatusCode::TOO_MANY_REQUESTS, said)
-    })?;
-    let open = OpenStream { namespace: workspace.namespace.clone(), workspace: name.clone(), port };
-    let stream = match state.broker.open(&state.store, &state.tunnels, &agent, &open).await {
-        Ok(stream) => stream,
-        Err(StreamError::NotConnected) => {
+    let recheck = recheck(&state, &request, &agent, &name);
+    let (stream, watch) = open_stream(&state, &caller, &workspace, port, recheck).await.map_err(|not| match not {
+        NotOpened::TooMany(TooManyStreams::User(n)) => ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("you have {n} streams open to workspaces, the most allowed"),
+        ),
+        NotOpened::TooMany(TooManyStreams::Workspace(n)) => ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("workspace {name:?} has {n} streams open, the most allowed"),
+        ),
+        NotOpened::Stream(StreamError::NotConnected) => {
             let said = format!("agent {agent:?} is not connected to the control plane now; retry in a moment");
-            return Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, said));
+            ApiError(StatusCode::SERVICE_UNAVAILABLE, said)
         }
-        Err(StreamError::Open(error)) => return Err(refused(&name, port, &error)),
-    };
-    state.streams.activity.touch(&agent, &name);
-    let watch = Watch::new(state.streams.clone(), &agent, &name, permit, recheck(&state, &request, &agent, &name));
+        NotOpened::Stream(StreamError::Open(error)) => refused(&name, port, &error),
+    })?;
     let upgraded = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         let Ok(upgraded) = upgraded.await else { return };
-        let (mut stream, moved) = Watched::new(stream);
-        let mut client = TokioIo::new(upgraded);
-        tokio::select! {
-            copied = tokio::io::copy_bidirectional(&mut client, &mut stream) => if let Err(error) = copied {
-                tracing::debug!(%error, "a port stream ended with an error");
-            },
-            () = watch.until_idle(moved) => tracing::debug!("closed a port stream idle past the limit"),
-        }
+        let (stream, moved) = Watched::new(stream);
+        splice(TokioIo::new(upgraded), stream, watch.until_idle(moved), "a port stream").await;
     });
-    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    response.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(STREAM_PROTOCOL));
-    Ok(response)
+    Ok(switching_to(STREAM_PROTOCOL))
+}
+
+/// Why no stream to a workspace was opened, for its route to say in its own words.
+pub enum NotOpened {
+    TooMany(TooManyStreams),
+    Stream(StreamError),
+}
+
+/// A stream to `port` of `workspace` for `caller`, through its host or the CLI: a place in
+/// the limits, the stream (through this process's tunnel or its holder's), the workspace
+/// marked active, and what watches the stream while it lives.
+pub async fn open_stream(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    workspace: &Workspace,
+    port: u16,
+    recheck: Recheck,
+) -> Result<(WorkspaceStream, Watch), NotOpened> {
+    let (agent, name) = (&workspace.agent_id, &workspace.name);
+    let who = caller.user_id().unwrap_or(crate::control_plane::decisions::access::ADMIN_TOKEN_ACTOR);
+    let permit = state.streams.limits.admit(who, agent, name).map_err(NotOpened::TooMany)?;
+    let open = OpenStream { namespace: workspace.namespace.clone(), workspace: name.clone(), port };
+    let stream = state.broker.open(&state.store, &state.tunnels, agent, &open).await.map_err(NotOpened::Stream)?;
+    state.streams.activity.touch(agent, name);
+    Ok((stream, Watch::new(state.streams.clone(), agent, name, permit, recheck)))
 }
 
 /// Whether the token that opened the stream still opens the workspace. A database that does
