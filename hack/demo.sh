@@ -111,14 +111,10 @@ as_alice() { WSYNC_TOKEN=$ALICE_TOKEN "$@"; }
 image=busybox:1.36
 if [ "$node" = 1 ]; then
   step "Starting the agent; workspaces run on the local node ($(kubectl get nodes -o name))"
-  # A workspace image without a registry: busybox serving a page on the IDE's port 8080, as a
-  # non-root user (a shell that exits on SIGTERM is PID 1: httpd alone would ignore it).
-  printf '<!doctype html><title>wsync workspace</title><h1>Served from the workspace Pod</h1>\n' >"$work/index.html"
-  python3 hack/mkimage.py "$work/workspace.tar" localhost/workspace:2 --file /bin/busybox:bin/busybox \
-    --link /bin/busybox:bin/sh --link /bin/busybox:bin/httpd --file "$work/index.html:www/index.html:0644" \
-    --cmd '["sh", "-c", "trap \"exit 0\" TERM; httpd -f -p 8080 -h /www & wait"]' --user 65532:65532
-  hack/local-node.sh import "$work/workspace.tar"
-  image=localhost/workspace:2
+  # A workspace image without a registry: a page and a WebSocket echo on the IDE's port 8080,
+  # and sshd on 60022, as a non-root user.
+  hack/local-node.sh workspace-image
+  image=localhost/workspace:3
 else
   step "Starting the agent, and a kubelet stand-in (this cluster has no kubelet: it marks Pods Ready)"
   background target/debug/examples/kubelet_standin agent.gitlab.com/id=demo >"$work/kubelet.log" 2>&1
@@ -155,6 +151,9 @@ if [ "$node" = 1 ]; then
   for _ in $(seq 1 50); do curl -fs http://127.0.0.1:18481/ >/dev/null 2>&1 && break; sleep 0.1; done
   curl -fsS http://127.0.0.1:18481/
   kill "$forward" 2>/dev/null || true
+  step "alice runs a command in it over ssh: the workspace's own sshd, through the same tunnel"
+  as_alice $wsync workspaces ssh alice -l workspace -- -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+    -o LogLevel=error 'echo "$USER on $(hostname): $(uname -sr)"'
   say "in a browser: $(as_alice $wsync workspaces get alice -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)"
 fi
 
@@ -186,6 +185,9 @@ wait_for Running bob
 $wsync workspaces list
 write_stop
 finished=1
+ssh_line=""
+[ "$node" = 0 ] || ssh_line="   SSH:          WSYNC_TOKEN=$ALICE_TOKEN $wsync workspaces ssh bob -l workspace
+"
 cat <<KEPT
 
    The page:     $WSYNC_SERVER/sign-in
@@ -194,7 +196,7 @@ cat <<KEPT
    Workspace:    $(as_alice $wsync workspaces get bob -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)
                  (sign in as alice when asked; *.localhost is this machine)
                  or: WSYNC_TOKEN=$ALICE_TOKEN $wsync workspaces port-forward bob 8080
-   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
+$ssh_line   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
                  $wsync workspaces list; $wsync workspaces stop bob
                  as the admin: export -n WSYNC_TOKEN; export WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN
                  $wsync users list; $wsync audit

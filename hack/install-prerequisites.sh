@@ -15,6 +15,8 @@ if [ "${1:-}" = --tests ]; then
   [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-light)
   # A real OpenID Provider (npm's oidc-provider, pinned by tests/support/oidc_provider's lock)
   # signs people in; Debian's nodejs runs it. A node that came with its own npm keeps it.
+  # `wsync workspaces ssh` runs OpenSSH's client, to a workspace's own sshd.
+  command -v ssh >/dev/null || missing+=(openssh-client)
   command -v node >/dev/null || missing+=(nodejs)
   command -v npm >/dev/null || missing+=(npm)
 fi

@@ -9,6 +9,8 @@
 #   hack/local-node.sh import IMAGE.tar   import an image (hack/mkimage.py) into the node
 #   hack/local-node.sh image [BINARY] [REF]  build the wsync image (default: target/release/wsync,
 #                              localhost/wsync:dev) and import it
+#   hack/local-node.sh workspace-image  build and import localhost/workspace:3, a workspace to
+#                              open: a page and a WebSocket echo on 8080, sshd on 60022
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
 # localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
@@ -60,6 +62,8 @@ check_machine() {
   openssl x509 -in "$CLUSTER/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$NODE_IP" \
     || die "the apiserver's certificate does not name $NODE_IP, where Pods reach it: a cluster from an older hack/local-cluster.sh; run hack/local-cluster.sh down, then up"
   local missing=()
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  command -v websocketd >/dev/null || missing+=(websocketd)
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
@@ -68,11 +72,21 @@ check_machine() {
   command -v socat >/dev/null || missing+=(socat)
   command -v strip >/dev/null || missing+=(binutils)
   command -v gcc >/dev/null || missing+=(gcc libc6-dev)
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  install "${missing[@]}"
   hack/local-cluster.sh build-node
+}
+
+# Debian packages, without starting a service they bring (openssh-server would start an sshd).
+install() {
+  [ $# -gt 0 ] || return 0
+  log "installing: $*"
+  local deny=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    deny=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' >"$deny" && chmod 755 "$deny"
+  fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  [ -z "$deny" ] || rm -f "$deny"
 }
 
 write_configs() {
@@ -175,6 +189,57 @@ wsync_image() {
   import_image "$dir/wsync.tar"
   rm -rf "$dir"
   log "imported $ref ($binary)"
+}
+
+# A workspace to open, as GitLab documents its images: busybox's tools; websocketd serving a
+# page and echoing each WebSocket message (through cat) on the IDE's 8080; Debian's sshd on
+# 60022 as the image's own non-root user, who logs in with no password as GitLab's proxy
+# expects (the caller was authenticated before the stream reached the Pod). Its host key is
+# kept in the cache, so it stays the same from one build to the next.
+workspace_image() {
+  local missing=() dir lib files=() applet
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  command -v websocketd >/dev/null || missing+=(websocketd)
+  install "${missing[@]}"
+  mkdir -p "$CACHE_DIR"
+  [ -f "$CACHE_DIR/workspace_host_key" ] || ssh-keygen -q -t ed25519 -N '' -C workspace -f "$CACHE_DIR/workspace_host_key"
+  dir=$(mktemp -d)
+  printf '<!doctype html><title>wsync workspace</title><h1 id="page">Served from the workspace Pod</h1>\n' >"$dir/index.html"
+  printf 'root:x:0:0:root:/root:/bin/sh\nworkspace::65532:65532:workspace:/tmp:/bin/sh\n' >"$dir/passwd"
+  printf 'passwd: files\ngroup: files\n' >"$dir/nsswitch.conf"
+  cat >"$dir/sshd_config" <<'SSHD'
+Port 60022
+HostKey /etc/ssh/host_key
+PidFile none
+UsePAM no
+PasswordAuthentication yes
+PermitEmptyPasswords yes
+KbdInteractiveAuthentication no
+StrictModes no
+PrintMotd no
+SSHD
+  cat >"$dir/start" <<'START'
+#!/bin/sh
+trap 'exit 0' TERM
+websocketd --port 8080 --staticdir /www /bin/cat &
+/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
+wait
+START
+  files+=("--file=/bin/busybox:bin/busybox" "--file=/usr/sbin/sshd:usr/sbin/sshd" "--file=$(command -v websocketd):bin/websocketd")
+  for lib in $({ ldd /usr/sbin/sshd; ldd "$(command -v websocketd)"; } | grep -o '/[^ ]*' | sort -u); do
+    files+=("--file=$(readlink -f "$lib"):$lib")
+  done
+  files+=("--file=$dir/index.html:www/index.html:0644" "--file=$dir/passwd:etc/passwd:0644"
+    "--file=$dir/nsswitch.conf:etc/nsswitch.conf:0644" "--file=$dir/sshd_config:etc/ssh/sshd_config:0644"
+    "--file=$CACHE_DIR/workspace_host_key:etc/ssh/host_key:0600:65532" "--file=$dir/start:start")
+  for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || files+=("--link=/bin/busybox:bin/$applet")
+  done
+  python3 hack/mkimage.py "$dir/workspace.tar" localhost/workspace:3 "${files[@]}" \
+    --cmd '["/start"]' --user 65532:65532
+  import_image "$dir/workspace.tar"
+  rm -rf "$dir"
+  log "imported localhost/workspace:3"
 }
 
 import_image() {
@@ -292,6 +357,7 @@ case "${1:-}" in
   status) node_ready ;;
   allowed) refused=$(refusal); [ -z "$refused" ] || { log "$refused"; exit 1; } ;;
   image) wsync_image "${2:-}" "${3:-}" ;;
+  workspace-image) workspace_image ;;
   import) import_image "${2:?an image tarball}" ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -3,7 +3,7 @@ no Docker. Used by hack/local-node.sh for the node's pause and busybox images an
 image.
 
   mkimage.py OUT.tar NAME:TAG [--entrypoint JSON] [--cmd JSON] [--user UID:GID]
-             [--file SRC:DEST[:MODE]]... [--link TARGET:DEST]...
+             [--file SRC:DEST[:MODE[:OWNER]]]... [--link TARGET:DEST]...
 """
 import argparse
 import hashlib
@@ -34,11 +34,11 @@ class Layer:
         self.tar.addfile(info)
         self.dirs.add(path)
 
-    def file(self, path, data, mode):
+    def file(self, path, data, mode, owner=0):
         path = path.strip("/")
         self.directory(os.path.dirname(path))
         info = tarfile.TarInfo(path)
-        info.size, info.mode = len(data), mode
+        info.size, info.mode, info.uid, info.gid = len(data), mode, owner, owner
         self.tar.addfile(info, io.BytesIO(data))
 
     def link(self, target, path):
@@ -73,12 +73,16 @@ def main():
     layer = Layer()
     for path in BASE_DIRS:
         layer.directory(path)
-    layer.file("etc/passwd", PASSWD, 0o644)
-    layer.file("etc/group", GROUP, 0o644)
+    given = {spec.split(":")[1].strip("/") for spec in args.file}
+    for path, data in [("etc/passwd", PASSWD), ("etc/group", GROUP)]:
+        if path not in given:
+            layer.file(path, data, 0o644)
     for spec in args.file:
-        source, dest, *mode = spec.split(":")
+        source, dest, *rest = spec.split(":")
+        mode = int(rest[0], 8) if rest else 0o755
+        owner = int(rest[1]) if len(rest) > 1 else 0
         with open(source, "rb") as f:
-            layer.file(dest, f.read(), int(mode[0], 8) if mode else 0o755)
+            layer.file(dest, f.read(), mode, owner)
     for spec in args.link:
         target, dest = spec.split(":")
         layer.link(target, dest)

@@ -1,7 +1,8 @@
 //! Opening a workspace on a real node (#39): its owner reaches the port a real Pod serves,
 //! in headless Chromium through the control plane's workspace host, and from the CLI with
 //! `port-forward`, both through the real agent's tunnel and its gate; no Service, Ingress or
-//! inbound port in the cluster. Another user gets 404, and the workspace's page can read
+//! inbound port in the cluster. A WebSocket echoes through it, and `wsync workspaces ssh` opens a
+//! real `ssh` session to the Pod's own sshd. Another user gets 404, and the workspace's page can read
 //! neither the control plane's cookie nor its API.
 
 use crate::support::browser::Browser;
@@ -11,29 +12,15 @@ use crate::*;
 use serde_json::Value;
 use std::process::Command;
 
-/// busybox serving a page on the IDE's port, as a non-root user; exits on SIGTERM.
-const WEB_IMAGE: &str = "localhost/webspace:1";
-const PAGE: &str = "hello from the pod";
+/// hack/local-node.sh's workspace to open: a page and a WebSocket echo on 8080, sshd on 60022.
+const WORKSPACE_IMAGE: &str = "localhost/workspace:3";
+const PAGE: &str = "Served from the workspace Pod";
 
-fn web_image() {
+fn workspace_image() {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let index = dir.path().join("index.html");
-        std::fs::write(&index, format!("<!doctype html><title>workspace</title><p id=\"page\">{PAGE}</p>\n")).unwrap();
-        let tar = dir.path().join("image.tar");
-        let built = Command::new("python3")
-            .arg(format!("{ROOT}/hack/mkimage.py"))
-            .arg(&tar)
-            .args([WEB_IMAGE, "--file", "/bin/busybox:bin/busybox", "--link", "/bin/busybox:bin/sh"])
-            .args(["--link", "/bin/busybox:bin/httpd", "--file", &format!("{}:www/index.html:0644", index.display())])
-            .args(["--cmd", r#"["sh", "-c", "trap 'exit 0' TERM; httpd -f -p 8080 -h /www & wait"]"#])
-            .args(["--user", "65532:65532"])
-            .status()
-            .expect("python3");
-        assert!(built.success());
-        let imported = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("import").arg(&tar).status();
-        assert!(imported.is_ok_and(|s| s.success()), "importing {WEB_IMAGE}");
+        let built = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("workspace-image").status();
+        assert!(built.is_ok_and(|s| s.success()), "building {WORKSPACE_IMAGE}");
     });
 }
 
@@ -60,10 +47,11 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     if !node_up() {
         return;
     }
-    web_image();
+    workspace_image();
     let node = Node::start_with("op", &["--workspaces-domain", "ws.localhost"]);
     let (alice, bob) = (user(&node, "alice"), user(&node, "bob"));
-    let created = wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", WEB_IMAGE]).output().unwrap();
+    let created =
+        wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", WORKSPACE_IMAGE]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let running = node.actual("web", "Running").await;
     let url = running["endpoints"][0]["url"].as_str().expect("the IDE's URL").to_string();
@@ -85,6 +73,15 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     forward.kill().unwrap();
     let _ = forward.wait();
 
+    // ssh: a real session with the Pod's own sshd, this CLI its ProxyCommand; 4 MiB through it
+    // come back whole.
+    let pod = kubectl_ok(env(), &["-n", &namespace, "get", "pods", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let sent: Vec<u8> = (0..4 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let said = ssh_as(&node, &alice, "printf '%s on %s: ' $USER $(hostname); md5sum", &sent);
+    let digest = String::from_utf8_lossy(&with_input(&mut Command::new("md5sum"), &sent).stdout).to_string();
+    let digest = digest.split_whitespace().next().unwrap_or_default();
+    assert_eq!(said.split_whitespace().collect::<Vec<_>>(), ["workspace", "on", &format!("{pod}:"), digest, "-"]);
+
     // A browser: signed in to the control plane, it opens the workspace's host (cross-site),
     // is handed a code there and back, and sees the Pod's page on the workspace's origin.
     let mut browser = Browser::launch();
@@ -94,6 +91,15 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     browser.wait_until("the Pod's page", &format!("document.body && document.body.innerText.includes('{PAGE}')"));
     assert!(browser.location().starts_with(&url), "on the workspace's own origin: {}", browser.location());
     assert_eq!(browser.eval("document.cookie"), Value::String(String::new()), "no cookie a script can read");
+    // A WebSocket to the Pod's echo, both ways through the tunnel.
+    browser.eval(
+        "window.echo = 'pending'; const socket = new WebSocket('ws://' + location.host + '/'); \
+         socket.onopen = () => socket.send('ping through the tunnel'); \
+         socket.onmessage = m => { window.echo = m.data; socket.close(); }; \
+         socket.onerror = () => window.echo = 'failed'",
+    );
+    browser.wait_until("the echo", "window.echo !== 'pending'");
+    assert_eq!(browser.eval("window.echo").as_str(), Some("ping through the tunnel"));
     // Its code cannot call the control plane's API with the user's credentials.
     let api = format!("{}/api/v1/workspaces", node.control_plane.url);
     browser.eval(&format!(
@@ -120,10 +126,36 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     assert!(other.text().contains("No such workspace"), "{}", other.text());
     let refused = wsync_as(&node, &bob, &["workspaces", "port-forward", "web", "0:8080"]).output().unwrap();
     assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("404"));
+    let refused = wsync_as(&node, &bob, &["workspaces", "ssh", "web", "--stdio"]).output().unwrap();
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("404"));
 
     // The workspace's activity was recorded.
     let used = serde_json::from_str::<Value>(&node.cli(&["get", "web", "-o", "json"])).expect("json");
     assert!(used["last_activity_at"].as_i64().is_some(), "{used}");
     node.cli(&["terminate", "web"]);
     node.actual("web", "Terminated").await;
+}
+
+/// What `wsync workspaces ssh web -l workspace -- REMOTE` prints, `stdin` its input.
+fn ssh_as(node: &Node, token: &str, remote: &str, stdin: &[u8]) -> String {
+    let options = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"];
+    let mut args = vec!["workspaces", "ssh", "web", "-l", "workspace", "--"];
+    args.extend(options);
+    args.extend(["-o", "LogLevel=error", remote]);
+    let out = with_input(&mut wsync_as(node, token, &args), stdin);
+    assert!(out.status.success(), "ssh: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Run `command` with `input` on its standard input, written while it runs.
+fn with_input(command: &mut Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("its stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("its output");
+    assert!(writer.join().is_ok_and(|written| written.is_ok()), "the input was written whole");
+    out
 }
