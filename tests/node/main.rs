@@ -9,6 +9,7 @@ pub mod support;
 mod in_cluster;
 mod lifecycle;
 mod opening;
+mod processes;
 
 use serde_json::Value;
 use std::process::Command;

@@ -13,14 +13,14 @@ use serde_json::Value;
 use std::process::Command;
 
 /// hack/local-node.sh's workspace to open: a page and a WebSocket echo on 8080, sshd on 60022.
-const WORKSPACE_IMAGE: &str = "localhost/workspace:3";
-const PAGE: &str = "Served from the workspace Pod";
+pub const OPENABLE_IMAGE: &str = "localhost/workspace:3";
+pub const PAGE: &str = "Served from the workspace Pod";
 
-fn workspace_image() {
+pub fn openable_image() {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
         let built = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("workspace-image").status();
-        assert!(built.is_ok_and(|s| s.success()), "building {WORKSPACE_IMAGE}");
+        assert!(built.is_ok_and(|s| s.success()), "building {OPENABLE_IMAGE}");
     });
 }
 
@@ -47,11 +47,11 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     if !node_up() {
         return;
     }
-    workspace_image();
+    openable_image();
     let node = Node::start_with("op", &["--workspaces-domain", "ws.localhost"]);
     let (alice, bob) = (user(&node, "alice"), user(&node, "bob"));
     let created =
-        wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", WORKSPACE_IMAGE]).output().unwrap();
+        wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", OPENABLE_IMAGE]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let running = node.actual("web", "Running").await;
     let url = running["endpoints"][0]["url"].as_str().expect("the IDE's URL").to_string();

@@ -3,6 +3,7 @@
 //! `pub mod support`: it is a library of helpers, each binary using its part.
 
 pub mod agent;
+pub mod balancer;
 pub mod browser;
 pub mod control_plane;
 pub mod fault_proxy;
