@@ -186,21 +186,22 @@ $wsync workspaces list
 write_stop
 finished=1
 ssh_line=""
-[ "$node" = 0 ] || ssh_line="   SSH:          WSYNC_TOKEN=$ALICE_TOKEN $wsync workspaces ssh bob -l workspace
+[ "$node" = 0 ] || ssh_line="                 ssh: $wsync workspaces ssh bob -l workspace (no password: the local node
+                 enforces no NetworkPolicy, so anything on this machine can reach its sshd)
 "
 cat <<KEPT
 
    The page:     $WSYNC_SERVER/sign-in
                  alice (a user: her workspaces, her API tokens): $ALICE_TOKEN
                  the admin (every agent, the users, the audit trail): $WSYNC_ADMIN_TOKEN
-   Workspace:    $(as_alice $wsync workspaces get bob -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)
-                 (sign in as alice when asked; *.localhost is this machine)
-                 or: WSYNC_TOKEN=$ALICE_TOKEN $wsync workspaces port-forward bob 8080
-$ssh_line   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
+   The CLI:      export WSYNC_SERVER=$WSYNC_SERVER WSYNC_TOKEN=$ALICE_TOKEN WSYNC_AGENT_ID=demo
                  $wsync workspaces list; $wsync workspaces stop bob
                  as the admin: export -n WSYNC_TOKEN; export WSYNC_ADMIN_TOKEN=$WSYNC_ADMIN_TOKEN
                  $wsync users list; $wsync audit
-   The cluster:  eval "\$(hack/local-cluster.sh env)"
+   Workspace:    $(as_alice $wsync workspaces get bob -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)
+                 (sign in as alice when asked; *.localhost is this machine)
+                 with the CLI's exports: $wsync workspaces port-forward bob 8080
+$ssh_line   The cluster:  eval "\$(hack/local-cluster.sh env)"
                  kubectl -n wsync-system get wss demo; kubectl -n wsync-demo-bob get all
                  PATH="\$PWD/target/debug:\$PATH" kubectl wsync workspaces demo
    Logs:         $work/agent.log, $work/control-plane.log

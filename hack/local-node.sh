@@ -10,7 +10,7 @@
 #   hack/local-node.sh image [BINARY] [REF]  build the wsync image (default: target/release/wsync,
 #                              localhost/wsync:dev) and import it
 #   hack/local-node.sh workspace-image  build and import localhost/workspace:3, a workspace to
-#                              open: a page and a WebSocket echo on 8080, sshd on 60022
+#                              open: a page, /big (32 MiB) and a WebSocket echo on 8080, sshd on 60022
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
 # localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
@@ -62,8 +62,8 @@ check_machine() {
   openssl x509 -in "$CLUSTER/pki/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$NODE_IP" \
     || die "the apiserver's certificate does not name $NODE_IP, where Pods reach it: a cluster from an older hack/local-cluster.sh; run hack/local-cluster.sh down, then up"
   local missing=()
-  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
   command -v websocketd >/dev/null || missing+=(websocketd)
+  command -v ssh-keygen >/dev/null || missing+=(openssh-client)
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
@@ -72,21 +72,36 @@ check_machine() {
   command -v socat >/dev/null || missing+=(socat)
   command -v strip >/dev/null || missing+=(binutils)
   command -v gcc >/dev/null || missing+=(gcc libc6-dev)
-  install "${missing[@]}"
+  apt_install "${missing[@]}"
   hack/local-cluster.sh build-node
 }
 
-# Debian packages, without starting a service they bring (openssh-server would start an sshd).
-install() {
+apt_install() {
   [ $# -gt 0 ] || return 0
   log "installing: $*"
-  local deny=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    deny=/usr/sbin/policy-rc.d
-    printf '#!/bin/sh\nexit 101\n' >"$deny" && chmod 755 "$deny"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Debian's sshd for the workspace image, unpacked into the cache and never installed: no
+# service, no host keys, nothing that starts at boot. Its libraries are installed (they start
+# nothing). Prints the unpacked tree's root.
+unpacked_sshd() {
+  local root=$CACHE_DIR/openssh-server debs libs=() package
+  if [ ! -x "$root/usr/sbin/sshd" ]; then
+    debs=$(mktemp -d)
+    (cd "$debs" && apt-get download -qq openssh-server 2>/dev/null) \
+      || { apt-get update -qq && (cd "$debs" && apt-get download -qq openssh-server); }
+    rm -rf "$root" && mkdir -p "$root"
+    dpkg-deb -x "$debs"/openssh-server_*.deb "$root"
+    for package in $(dpkg-deb -f "$debs"/openssh-server_*.deb Depends | tr ',' '\n' | sed -E 's/^ *//; s/[ |(].*//'); do
+      case $package in lib*) dpkg -s "$package" >/dev/null 2>&1 || libs+=("$package") ;; esac
+    done
+    rm -rf "$debs"
+    apt_install "${libs[@]}" >&2
   fi
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-  [ -z "$deny" ] || rm -f "$deny"
+  ! ldd "$root/usr/sbin/sshd" | grep -q 'not found' || die "sshd's libraries: $(ldd "$root/usr/sbin/sshd" | grep 'not found')"
+  echo "$root"
 }
 
 write_configs() {
@@ -191,20 +206,22 @@ wsync_image() {
   log "imported $ref ($binary)"
 }
 
-# A workspace to open, as GitLab documents its images: busybox's tools; websocketd serving a
-# page and echoing each WebSocket message (through cat) on the IDE's 8080; Debian's sshd on
-# 60022 as the image's own non-root user, who logs in with no password as GitLab's proxy
-# expects (the caller was authenticated before the stream reached the Pod). Its host key is
-# kept in the cache, so it stays the same from one build to the next.
+# A workspace to open, for the tests and the demo: busybox's tools; websocketd serving a page
+# and echoing each WebSocket message (through cat) on the IDE's 8080; Debian's sshd on 60022
+# as the image's own non-root user, who logs in with no password (README: "SSH" says when
+# that is safe). Its host key is kept in the cache, the same from one build to the next.
 workspace_image() {
-  local missing=() dir lib files=() applet
-  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-  command -v websocketd >/dev/null || missing+=(websocketd)
-  install "${missing[@]}"
+  local sshd dir lib files=() applet
+  command -v websocketd >/dev/null || apt_install websocketd
+  command -v ssh-keygen >/dev/null || apt_install openssh-client
+  sshd=$(unpacked_sshd)/usr/sbin/sshd
   mkdir -p "$CACHE_DIR"
   [ -f "$CACHE_DIR/workspace_host_key" ] || ssh-keygen -q -t ed25519 -N '' -C workspace -f "$CACHE_DIR/workspace_host_key"
   dir=$(mktemp -d)
+  # shellcheck disable=SC2064 # the directory is known now
+  trap "rm -rf '$dir'" EXIT
   printf '<!doctype html><title>wsync workspace</title><h1 id="page">Served from the workspace Pod</h1>\n' >"$dir/index.html"
+  head -c 33554432 /dev/zero >"$dir/big"  # for the tunnel's throughput benchmark
   printf 'root:x:0:0:root:/root:/bin/sh\nworkspace::65532:65532:workspace:/tmp:/bin/sh\n' >"$dir/passwd"
   printf 'passwd: files\ngroup: files\n' >"$dir/nsswitch.conf"
   cat >"$dir/sshd_config" <<'SSHD'
@@ -218,18 +235,21 @@ KbdInteractiveAuthentication no
 StrictModes no
 PrintMotd no
 SSHD
+  # Either server ending ends the container, so a broken one is seen, not left half-up.
   cat >"$dir/start" <<'START'
 #!/bin/sh
 trap 'exit 0' TERM
 websocketd --port 8080 --staticdir /www /bin/cat &
 /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
-wait
+wait -n
+echo "a server of the workspace ended" >&2
+exit 1
 START
-  files+=("--file=/bin/busybox:bin/busybox" "--file=/usr/sbin/sshd:usr/sbin/sshd" "--file=$(command -v websocketd):bin/websocketd")
-  for lib in $({ ldd /usr/sbin/sshd; ldd "$(command -v websocketd)"; } | grep -o '/[^ ]*' | sort -u); do
+  files+=("--file=/bin/busybox:bin/busybox" "--file=$sshd:usr/sbin/sshd" "--file=$(command -v websocketd):bin/websocketd")
+  for lib in $({ ldd "$sshd"; ldd "$(command -v websocketd)"; } | grep -o '/[^ ]*' | sort -u); do
     files+=("--file=$(readlink -f "$lib"):$lib")
   done
-  files+=("--file=$dir/index.html:www/index.html:0644" "--file=$dir/passwd:etc/passwd:0644"
+  files+=("--file=$dir/index.html:www/index.html:0644" "--file=$dir/big:www/big:0644" "--file=$dir/passwd:etc/passwd:0644"
     "--file=$dir/nsswitch.conf:etc/nsswitch.conf:0644" "--file=$dir/sshd_config:etc/ssh/sshd_config:0644"
     "--file=$CACHE_DIR/workspace_host_key:etc/ssh/host_key:0600:65532" "--file=$dir/start:start")
   for applet in $(/bin/busybox --list); do
@@ -238,7 +258,6 @@ START
   python3 hack/mkimage.py "$dir/workspace.tar" localhost/workspace:3 "${files[@]}" \
     --cmd '["/start"]' --user 65532:65532
   import_image "$dir/workspace.tar"
-  rm -rf "$dir"
   log "imported localhost/workspace:3"
 }
 

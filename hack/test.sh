@@ -58,4 +58,6 @@ if [ "$node_tier" = 1 ]; then
   cleanup=("hack/local-node.sh down" "${cleanup[@]}")
   hack/local-node.sh up
   cargo test --locked --test node
+  # The tunnel's benchmark needs a real Pod: its smoke pass (few samples, no speed asserted).
+  WSYNC_BENCH_PARTS=tunnel cargo test --locked --bench scale
 fi

@@ -98,7 +98,7 @@ fn proc_field(pid: u32, file: &str) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default()
 }
 
-fn rss_bytes(pid: u32) -> u64 {
+pub fn rss_bytes(pid: u32) -> u64 {
     let status = proc_field(pid, "status");
     let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
     kib.and_then(|k| k.parse::<u64>().ok()).unwrap_or(0) * 1024

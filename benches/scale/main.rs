@@ -6,7 +6,8 @@
 //! samples and timed full resyncs per size, `WSYNC_BENCH_SMALL_RUNS` the resyncs at N ≤ 100,
 //! `WSYNC_BENCH_END_TO_END_SIZES` the sizes for the end-to-end figures, `WSYNC_BENCH_THROUGHPUT_ROUNDS`
 //! the control-plane runs per side and database; an empty list skips a
-//! part). Under `cargo test` (no `--bench` argument) it runs a smoke
+//! part; `WSYNC_BENCH_PARTS=tunnel` runs only the tunnel's figures, which need the real node,
+//! with `WSYNC_BENCH_WEBSOCKETS` held open). Under `cargo test` (no `--bench` argument) it runs a smoke
 //! pass at N=100 with few samples, so that CI keeps it working.
 
 #[path = "../../tests/support/mod.rs"]
@@ -16,6 +17,7 @@ mod agent_figures;
 mod control_plane;
 mod cpu;
 mod end_to_end;
+mod tunnel;
 mod workload;
 
 use std::time::Duration;
@@ -25,6 +27,9 @@ use std::time::Duration;
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The benchmark's parts, in the order they run.
+const PARTS: [&str; 4] = ["agent", "end-to-end", "control-plane", "tunnel"];
 
 pub struct Options {
     pub sizes: Vec<usize>,
@@ -43,6 +48,12 @@ pub struct Options {
     /// N for the end-to-end figures: by default the sizes up to 1,000, since each workspace is
     /// a namespace there, which the namespace controller takes minutes to delete by the thousand.
     pub end_to_end_sizes: Vec<usize>,
+    /// WebSockets held open through one agent, and timed reads of 32 MiB each way, for the
+    /// tunnel's figures (on the real node only).
+    pub websockets: usize,
+    pub bulk_runs: usize,
+    /// The parts to run (`WSYNC_BENCH_PARTS`): agent, end-to-end, control-plane, tunnel.
+    pub parts: Vec<String>,
 }
 
 impl Options {
@@ -67,7 +78,22 @@ impl Options {
             throughput_seconds: if full { 5 } else { 1 },
             throughput_rounds: number("WSYNC_BENCH_THROUGHPUT_ROUNDS", if full { 3 } else { 1 }),
             end_to_end_sizes,
+            websockets: number("WSYNC_BENCH_WEBSOCKETS", if full { 1000 } else { 50 }),
+            bulk_runs: if full { 7 } else { 1 },
+            parts: std::env::var("WSYNC_BENCH_PARTS")
+                .unwrap_or_else(|_| PARTS.join(","))
+                .split(',')
+                .map(|part| part.trim().to_string())
+                .filter(|part| !part.is_empty())
+                .inspect(|part| {
+                    assert!(PARTS.contains(&part.as_str()), "WSYNC_BENCH_PARTS: no part {part:?}; the parts: {PARTS:?}")
+                })
+                .collect(),
         }
+    }
+
+    pub fn runs(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
     }
 
     /// Timed full resyncs at N.
@@ -151,18 +177,27 @@ async fn main() {
         println!("- {what}: {value}");
     }
     println!();
-    let mut rows = Vec::new();
-    let baseline = agent_figures::baseline().await;
-    println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline.rss as f64 / 1048576.0);
-    for &n in &options.sizes {
-        rows.push(agent_figures::measure(n, &options, baseline).await);
-        // The table so far, so that a long run's early sizes are never lost.
-        agent_figures::print_table(&rows);
+    if options.runs("agent") {
+        let mut rows = Vec::new();
+        let baseline = agent_figures::baseline().await;
+        println!("agent baseline RSS (no workspaces): {:.1} MiB\n", baseline.rss as f64 / 1048576.0);
+        for &n in &options.sizes {
+            rows.push(agent_figures::measure(n, &options, baseline).await);
+            // The table so far, so that a long run's early sizes are never lost.
+            agent_figures::print_table(&rows);
+        }
     }
-    let mut end_to_end = Vec::new();
-    for &n in &options.end_to_end_sizes {
-        end_to_end.push(end_to_end::measure(n, &options).await);
-        end_to_end::print_table(&end_to_end);
+    if options.runs("end-to-end") {
+        let mut end_to_end = Vec::new();
+        for &n in &options.end_to_end_sizes {
+            end_to_end.push(end_to_end::measure(n, &options).await);
+            end_to_end::print_table(&end_to_end);
+        }
     }
-    control_plane::print_throughput(&options).await;
+    if options.runs("control-plane") {
+        control_plane::print_throughput(&options).await;
+    }
+    if options.runs("tunnel") {
+        tunnel::measure(&options).await;
+    }
 }

@@ -76,6 +76,8 @@ pub async fn port_forward(server: &ServerArgs, agent: &str, name: &str, ports: &
             accepted = listener.accept() => accepted.map_err(|e| Error::Io(e.to_string()))?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
+        // Keystrokes and echoes go at once, not batched by Nagle's algorithm.
+        let _ = socket.set_nodelay(true);
         // Each connection opens its own stream, in a task of its own: a slow one holds no other.
         let (server, agent, name) = (server.clone(), agent.clone(), name.clone());
         tokio::spawn(async move {

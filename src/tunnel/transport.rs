@@ -10,7 +10,7 @@
 //! peer ends the tunnel and the agent reconnects.
 
 use super::{OpenStream, StreamRefusal};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -34,14 +34,20 @@ pub const REFUSAL_HEADER: &str = "wsync-stream-refused";
 /// socket on the agent. Above the control plane's default streams per user (512) and per
 /// workspace (256), so no one user fills an agent's tunnel.
 pub const MAX_STREAMS: u32 = 2048;
-/// What one read moves, and how many such chunks may wait in a direction's queue.
-const CHUNK: usize = 16 * 1024;
+/// What one read moves at most (and one HTTP/2 frame), and how many such chunks may wait in
+/// a direction's queue. Per-frame work bounded throughput at 16 KiB (BENCHMARKS.md).
+const CHUNK: usize = 64 * 1024;
 const QUEUED_CHUNKS: usize = 4;
+/// The largest HTTP/2 frame either end accepts: a chunk in one frame.
+const FRAME: u32 = CHUNK as u32;
 /// Each stream's HTTP/2 window, and the connection's: what a peer may send before it is read.
-const STREAM_WINDOW: u32 = 256 * 1024;
-const CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
-/// A ping this often, and a peer that does not answer within the same is gone.
-const KEEP_ALIVE: Duration = Duration::from_secs(20);
+/// A stream whose reader stalls holds its window of the connection's: 16 such streams stall a
+/// tunnel, as before the chunks grew.
+const STREAM_WINDOW: u32 = 512 * 1024;
+const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// A ping this often, and a peer that does not answer within the same is gone: a tunnel that
+/// went silent is given up within 10 s, and the agent dials a new one.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// How long opening a stream (the agent's dial included) may take.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -85,10 +91,12 @@ async fn relay(socket: impl AsyncRead + AsyncWrite, mut incoming: Incoming, outg
     };
     // Owns the sender: a clean end drops it, which ends the body (the half-close).
     let outbound = async move {
-        let mut buffer = vec![0u8; CHUNK];
+        // Each read's bytes are sent as they are, not copied; the buffer is the chunk.
+        let mut buffer = BytesMut::new();
         loop {
+            buffer.reserve(CHUNK);
             let read = tokio::select! {
-                read = from_socket.read(&mut buffer) => read,
+                read = from_socket.read_buf(&mut buffer) => read,
                 () = outgoing.closed() => return Ended::Broken,
             };
             match read {
@@ -96,8 +104,8 @@ async fn relay(socket: impl AsyncRead + AsyncWrite, mut incoming: Incoming, outg
                     drop(outgoing);
                     return Ended::Cleanly;
                 }
-                Ok(n) => {
-                    let chunk = Bytes::copy_from_slice(buffer.get(..n).unwrap_or_default());
+                Ok(_) => {
+                    let chunk = buffer.split().freeze();
                     if outgoing.send(Ok(Frame::data(chunk))).await.is_err() {
                         return Ended::Broken;
                     }
@@ -150,6 +158,7 @@ where
         .max_concurrent_streams(MAX_STREAMS)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(FRAME)
         .serve_connection(TokioIo::new(io), service)
         .await
 }
@@ -227,6 +236,7 @@ impl Opener {
             .keep_alive_while_idle(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(FRAME)
             .handshake(TokioIo::new(io))
             .await?;
         let driver = tokio::spawn(async move {
@@ -318,3 +328,6 @@ impl AsyncWrite for TunnelStream {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -73,8 +73,8 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     forward.kill().unwrap();
     let _ = forward.wait();
 
-    // ssh: a real session with the Pod's own sshd, this CLI its ProxyCommand; 4 MiB through it
-    // come back whole.
+    // ssh: a real session with the Pod's own sshd, this CLI its ProxyCommand; 4 MiB sent
+    // through it reach the Pod whole (their md5 there is the md5 here).
     let pod = kubectl_ok(env(), &["-n", &namespace, "get", "pods", "-o", "jsonpath={.items[0].metadata.name}"]);
     let sent: Vec<u8> = (0..4 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let said = ssh_as(&node, &alice, "printf '%s on %s: ' $USER $(hostname); md5sum", &sent);
@@ -138,9 +138,11 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
 
 /// What `wsync workspaces ssh web -l workspace -- REMOTE` prints, `stdin` its input.
 fn ssh_as(node: &Node, token: &str, remote: &str, stdin: &[u8]) -> String {
-    let options = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes"];
+    // No one's ssh config, no prompt, and a session that stops answering ends.
+    let options = ["-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"];
+    let lively = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=5"];
     let mut args = vec!["workspaces", "ssh", "web", "-l", "workspace", "--"];
-    args.extend(options);
+    args.extend(options.iter().chain(&lively));
     args.extend(["-o", "LogLevel=error", remote]);
     let out = with_input(&mut wsync_as(node, token, &args), stdin);
     assert!(out.status.success(), "ssh: {}", String::from_utf8_lossy(&out.stderr));
@@ -156,6 +158,7 @@ fn with_input(command: &mut Command, input: &[u8]) -> std::process::Output {
     let input = input.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let out = child.wait_with_output().expect("its output");
-    assert!(writer.join().is_ok_and(|written| written.is_ok()), "the input was written whole");
+    let written = writer.join().is_ok_and(|written| written.is_ok());
+    assert!(written, "the input was not all written: {}", String::from_utf8_lossy(&out.stderr));
     out
 }

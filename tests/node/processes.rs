@@ -54,29 +54,41 @@ async fn the_workspace_opens_again_after_the_process_holding_its_tunnel_is_kille
 
     // The tunnel is held by one process; the CLI reaches the Pod through the other.
     let opened = format!("an agent's tunnel opened agent={id}");
+    let tunnels_opened = |process: &Option<ControlPlaneProcess>| {
+        process.as_ref().map_or(0, |process| process.logs().matches(&opened).count())
+    };
     let holder = eventually("the agent's tunnel", LONG, || {
-        processes.iter().position(|p| p.as_ref().is_some_and(|p| p.logs().contains(&opened)))
+        let counts: Vec<usize> = processes.iter().map(tunnels_opened).collect();
+        assert!(counts.iter().sum::<usize>() <= 1, "the tunnel opened once, at one process: {counts:?}");
+        counts.iter().position(|&count| count == 1)
     })
     .await;
-    let survivor = if holder == 0 { &second } else { &first };
-    let page = page_through(survivor, &id, &alice).await;
+    let survivor = 1 - holder;
+    let survivor_url = if holder == 0 { &second } else { &first };
+    // The holder logs the tunnel before it records itself for forwards: a moment later.
+    let page = eventually_page(survivor_url, &id, &alice, LONG).await;
     assert!(page.contains(PAGE), "through the process without the tunnel: {page}");
+    assert_eq!(tunnels_opened(&processes[survivor]), 0, "forwarded, not opened there");
 
     // The holder is killed; the agent opens its tunnel at the survivor, and web opens again.
     let killed = std::time::Instant::now();
     processes[holder] = None;
-    let deadline = killed + LONG;
+    eventually_page(survivor_url, &id, &alice, LONG).await;
+    eprintln!("web opened again {:?} after the holder was killed", killed.elapsed());
+    assert_eq!(tunnels_opened(&processes[survivor]), 1, "the agent's tunnel opened at the survivor");
+}
+
+/// The Pod's page through `server`, once it comes; panics with the last answer after `within`.
+async fn eventually_page(server: &str, agent: &str, token: &str, within: std::time::Duration) -> String {
+    let deadline = std::time::Instant::now() + within;
     loop {
-        let page = page_through(survivor, &id, &alice).await;
+        let page = page_through(server, agent, token).await;
         if page.contains(PAGE) {
-            break;
+            return page;
         }
-        assert!(std::time::Instant::now() < deadline, "web did not open again; the last answer: {page}");
+        assert!(std::time::Instant::now() < deadline, "web did not open; the last answer: {page}");
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    eprintln!("web opened again {:?} after the holder was killed", killed.elapsed());
-    let survivor_logs = processes.iter().flatten().map(ControlPlaneProcess::logs).collect::<String>();
-    assert!(survivor_logs.contains(&opened), "the agent's tunnel opened at the survivor");
 }
 
 /// The Pod's page, asked through `wsync workspaces ssh web --stdio --port 8080` at `server`;

@@ -25,6 +25,7 @@ pub mod ui_people;
 pub mod upgrades;
 pub mod validation;
 pub mod workspace_access;
+pub mod workspace_admission;
 pub mod workspace_host_auth;
 pub mod workspace_pages;
 pub mod workspace_proxy;

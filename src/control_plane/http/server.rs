@@ -104,6 +104,8 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // A relayed keystroke or WebSocket frame goes at once, not batched by Nagle's algorithm.
+        let _ = stream.set_nodelay(true);
         let proxy = is_trusted(peer.ip(), &trusted);
         let Some(slot) = limits.place(room, address_key(peer.ip()), proxy) else {
             tracing::debug!(%peer, "closing a connection past its address's share");

@@ -10,7 +10,6 @@ use super::ui::escape;
 use super::validation::url_part;
 use super::workspace_access::WorkspaceHosts;
 use super::workspace_pages::{page, unavailable, with_page_headers};
-use crate::control_plane::model::Session;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -48,23 +47,6 @@ pub fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator
     let pairs = pairs.filter_map(|pair| std::str::from_utf8(pair).ok());
     let values = pairs.filter_map(|pair| pair.trim().split_once('=')).filter(move |(key, _)| *key == name);
     values.map(|(_, value)| value).take(COOKIES_TRIED)
-}
-
-/// The live session behind one of the request's host cookies, if any, and that cookie.
-pub async fn host_session(
-    state: &AppState,
-    hosts: &WorkspaceHosts,
-    host_name: &str,
-    headers: &HeaderMap,
-) -> Result<Option<(Session, String)>, Response> {
-    for value in cookie_values(headers, host_cookie_name(hosts.secure())) {
-        match state.store.host_session(value, host_name).await {
-            Ok(Some(session)) => return Ok(Some((session, value.to_string()))),
-            Ok(None) => {}
-            Err(error) => return Err(unavailable(&error.to_string())),
-        }
-    }
-    Ok(None)
 }
 
 /// `/.wsync/auth?code=…`: the code traded for the host's cookie, once, in the browser that

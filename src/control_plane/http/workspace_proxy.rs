@@ -10,9 +10,10 @@
 use super::state::AppState;
 use super::tunnel_broker::StreamError;
 use super::workspace_access::{Recheck, WorkspaceHosts};
-use super::workspace_host_auth::{AUTH_PATH, from_another_site, host_cookie_name, host_session, redeem, sign_in_first};
+use super::workspace_admission::{Admission, Admitted, admit};
+use super::workspace_host_auth::{AUTH_PATH, from_another_site, host_cookie_name, redeem, sign_in_first};
 use super::workspace_pages::{
-    agent_not_connected, cross_site, no_workspace, not_running, page, stream_refused, too_many_streams, unavailable,
+    agent_not_connected, cross_site, no_workspace, not_running, page, stream_refused, too_many_streams,
 };
 use super::workspace_relay::Forwarded;
 use super::workspace_streams::{NotOpened, open_stream};
@@ -39,15 +40,12 @@ pub async fn serve(state: Arc<AppState>, request: Request) -> Response {
     if from_another_site(&request, &hosts.origin(&host_name)) {
         return cross_site();
     }
-    let session = match host_session(&state, hosts, &host_name, request.headers()).await {
-        Ok(session) => session,
+    let Admitted { session, cookie, workspace } = match admit(&state, hosts, &host, &host_name, request.headers()).await
+    {
+        Ok(Admission::Admitted(admitted)) => *admitted,
+        Ok(Admission::SignInFirst) => return sign_in_first(hosts, &host_name, &request),
+        Ok(Admission::NoWorkspace) => return no_workspace(),
         Err(response) => return response,
-    };
-    let Some((session, cookie)) = session else { return sign_in_first(hosts, &host_name, &request) };
-    let workspace = match state.store.workspace_at(&host).await {
-        Ok(Some(workspace)) if session.caller.may_see(workspace.owner_id.as_deref()) => workspace,
-        Ok(_) => return no_workspace(),
-        Err(error) => return unavailable(&error.to_string()),
     };
     let recheck = recheck(&state, cookie, &host, &host_name, &workspace);
     open(&state, hosts, &session.caller, &workspace, &host, &host_name, request, recheck).await
