@@ -150,30 +150,10 @@ impl Store {
 
     /// [`Store::session`], by the hash of its cookie.
     pub(super) async fn session_by_hash(&self, session_hash: &str) -> StoreResult<Option<Session>> {
+        let sql = session_sql("admin_sessions s", "s.session_hash = $1");
         let now = self.clock.now();
-        let sql = format!(
-            "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, {}, t.id AS token_id, \
-             t.expires_at AS token_expires_at FROM admin_sessions s \
-             LEFT JOIN users u ON u.id = s.user_id AND u.disabled_at IS NULL \
-             LEFT JOIN api_tokens t ON t.id = s.api_token_id AND t.revoked_at IS NULL AND t.expires_at > $2 \
-             WHERE s.session_hash = $1 AND s.expires_at > $2 AND (s.api_token_id IS NULL OR t.id IS NOT NULL)",
-            role_column(3)
-        );
-        let row = sqlx::query(&sql)
-            .bind(session_hash)
-            .bind(now)
-            .bind(now.saturating_sub(PROVIDER_ROLE_FRESH_MS))
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let caller = match row.try_get::<Option<String>, _>("user_id")? {
-            None => Caller::AdminToken,
-            Some(id) => match super::people::user_ref(&row, id)? {
-                Some(user) => Caller::User(user),
-                None => return Ok(None),
-            },
-        };
-        Ok(Some(Session { csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")?, caller }))
+        let query = sqlx::query(&sql).bind(session_hash).bind(now).bind(now.saturating_sub(PROVIDER_ROLE_FRESH_MS));
+        session_from_row(query.fetch_optional(&self.pool).await?)
     }
 
     pub async fn close_session(&self, cookie: &str) -> StoreResult<()> {
@@ -205,4 +185,31 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// A live session and whom it is for, read from `from` (which names `admin_sessions` as `s`)
+/// where `filter` holds; binds `$1` (the filter's), `$2` now, `$3` when a provider's role is
+/// fresh, and any after.
+pub(super) fn session_sql(from: &str, filter: &str) -> String {
+    format!(
+        "SELECT s.csrf_token, s.expires_at, s.user_id, u.username, {}, t.id AS token_id, \
+         t.expires_at AS token_expires_at FROM {from} \
+         LEFT JOIN users u ON u.id = s.user_id AND u.disabled_at IS NULL \
+         LEFT JOIN api_tokens t ON t.id = s.api_token_id AND t.revoked_at IS NULL AND t.expires_at > $2 \
+         WHERE {filter} AND s.expires_at > $2 AND (s.api_token_id IS NULL OR t.id IS NOT NULL)",
+        role_column(3)
+    )
+}
+
+/// The session a [`session_sql`] row holds, unless its user is gone or disabled.
+pub(super) fn session_from_row(row: Option<sqlx::any::AnyRow>) -> StoreResult<Option<Session>> {
+    let Some(row) = row else { return Ok(None) };
+    let caller = match row.try_get::<Option<String>, _>("user_id")? {
+        None => Caller::AdminToken,
+        Some(id) => match super::people::user_ref(&row, id)? {
+            Some(user) => Caller::User(user),
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(Session { csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")?, caller }))
 }

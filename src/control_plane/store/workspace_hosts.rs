@@ -93,19 +93,17 @@ impl Store {
     /// The page session behind a host's cookie, when the cookie is that host's, both are
     /// live, and its user is not disabled.
     pub async fn host_session(&self, cookie: &str, host: &str) -> StoreResult<Option<Session>> {
-        let row = sqlx::query(
-            "SELECT page_session_hash FROM workspace_host_sessions WHERE session_hash = $1 AND host = $2 \
-             AND expires_at > $3",
-        )
-        .bind(hash_token(cookie))
-        .bind(host)
-        .bind(self.clock.now())
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            Some(row) => self.session_by_hash(&row.try_get::<String, _>("page_session_hash")?).await,
-            None => Ok(None),
-        }
+        // One query, the host's session joined to its page session: each is a trip to the
+        // database's thread on every request to a workspace's host.
+        let sql = super::credentials::session_sql(
+            "workspace_host_sessions h JOIN admin_sessions s ON s.session_hash = h.page_session_hash",
+            "h.session_hash = $1 AND h.host = $4 AND h.expires_at > $2",
+        );
+        let now = self.clock.now();
+        let query = sqlx::query(&sql).bind(hash_token(cookie)).bind(now);
+        let query =
+            query.bind(now.saturating_sub(crate::control_plane::decisions::access::PROVIDER_ROLE_FRESH_MS)).bind(host);
+        super::credentials::session_from_row(query.fetch_optional(&self.pool).await?)
     }
 
     /// The workspace a host names: of that name, on the agent whose tag the host carries.
