@@ -267,7 +267,7 @@ async fn websockets(
     agent_pid: u32,
     options: &Options,
 ) -> Sockets {
-    let changes = (options.samples / 4).max(5);
+    let changes = (options.samples / 4).clamp(5, 50);
     let quiet = deployment_changes(control_plane, agent, workspace, changes).await;
     let (address, url, cookie) =
         (opened.control_plane, format!("ws://{}/", opened.url.trim_start_matches("http://")), opened.cookie.clone());
