@@ -6,6 +6,7 @@
 pub mod access;
 pub mod agent_config;
 pub mod config_builder;
+pub mod devfile;
 pub mod hints;
 pub mod pipeline;
 pub mod rules;
