@@ -83,9 +83,16 @@ impl Broker {
         Self { process_id: String::new(), advertise_url: None, secret: None, client: Default::default() }
     }
 
+    /// Whether this process forwards and is forwarded to: an advertised URL and the secret.
+    fn forwards(&self) -> bool {
+        self.advertise_url.is_some() && self.secret.is_some()
+    }
+
     /// Tunnel `generation` of this process, as its holder row says it, when it forwards.
     pub fn holder(&self, generation: u64) -> Option<TunnelHolder> {
-        self.secret.as_ref()?;
+        if !self.forwards() {
+            return None;
+        }
         Some(TunnelHolder {
             process_id: self.process_id.clone(),
             tunnel_id: format!("{}-{generation}", self.process_id),
@@ -93,32 +100,28 @@ impl Broker {
         })
     }
 
-    fn signer(&self) -> Option<Signer> {
+    /// The signature of a forward, in hex: HMAC-SHA256 with the shared secret over the
+    /// process it is for, the agent, the stream asked and the time.
+    fn signature(&self, process: &str, agent: &str, asked: &str, time: i64) -> Option<String> {
         use hmac::Mac;
-        Signer::new_from_slice(self.secret.as_deref()?).ok()
-    }
-
-    /// What signs a forward: the process it is for, the agent, the stream asked, the time.
-    fn signed(mut signer: Signer, process: &str, agent: &str, asked: &str, time: i64) -> Signer {
-        use hmac::Mac;
+        let mut signer = Signer::new_from_slice(self.secret.as_deref()?).ok()?;
         for part in [process, agent, asked, &time.to_string()] {
             signer.update(part.as_bytes());
             signer.update(b"\n");
         }
-        signer
+        Some(crate::control_plane::store::hex(&signer.finalize().into_bytes()))
     }
 
     /// Whether a forward is this process's, recent, and signed with the shared secret.
     pub fn verifies(&self, headers: &axum::http::HeaderMap, agent: &str, asked: &str, now: i64) -> bool {
-        use hmac::Mac;
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
-        let Some(signer) = self.signer() else { return false };
         let time: i64 = text(TIME_HEADER).parse().unwrap_or(i64::MIN);
         if text(PROCESS_HEADER) != self.process_id || now.abs_diff(time) > FORWARD_SKEW_MS.unsigned_abs() {
             return false;
         }
-        let signature = text("authorization").strip_prefix("Bearer ").and_then(decode_hex).unwrap_or_default();
-        Self::signed(signer, &self.process_id, agent, asked, time).verify_slice(&signature).is_ok()
+        let Some(expected) = self.signature(&self.process_id, agent, asked, time) else { return false };
+        let shown = text("authorization").strip_prefix("Bearer ").unwrap_or_default();
+        crate::control_plane::store::same_secret(&expected, shown)
     }
 
     fn client(&self) -> &reqwest::Client {
@@ -144,7 +147,7 @@ impl Broker {
         if let Some(opener) = tunnels.opener(agent) {
             return Ok(Box::new(opener.open(open).await?));
         }
-        if self.holder(0).is_none() {
+        if !self.forwards() {
             return Err(StreamError::NotConnected);
         }
         let holder = match store.tunnel_holder(agent).await {
@@ -164,12 +167,9 @@ impl Broker {
         agent: &str,
         open: &OpenStream,
     ) -> Result<WorkspaceStream, StreamError> {
-        use hmac::Mac;
         let asked = serde_json::to_string(open).unwrap_or_default();
         let time = crate::control_plane::model::now_ms();
-        let signer = self.signer().ok_or(StreamError::NotConnected)?;
-        let signature = Self::signed(signer, &holder.process_id, agent, &asked, time).finalize().into_bytes();
-        let signature: String = signature.iter().map(|b| format!("{b:02x}")).collect();
+        let signature = self.signature(&holder.process_id, agent, &asked, time).ok_or(StreamError::NotConnected)?;
         let request = self
             .client()
             .get(format!("{}{FORWARD_PATH}", holder.advertise_url))
@@ -221,11 +221,4 @@ impl Broker {
             _ => Err(StreamError::Open(OpenError::TimedOut)),
         }
     }
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }

@@ -33,8 +33,12 @@ use statements::OwnedBy;
 
 /// Tokens are stored as their SHA-256: a leaked database leaks no agent's credentials.
 pub fn hash_token(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// Bytes as lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Two hex digests compared in constant time: how much of a guess matches must not show.
@@ -46,7 +50,7 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 pub fn new_token() -> StoreResult<String> {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).map_err(|e| StoreError::Conflict(format!("no randomness for a token: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&bytes))
 }
 
 /// Where reconciles are written.
