@@ -9,7 +9,7 @@ mod commands;
 mod components;
 pub mod findings;
 
-use findings::{Found, truthy};
+use findings::{Found, starts_in_any_case, truthy};
 pub use findings::{Pass, Violation};
 use serde_json::{Map, Value};
 
@@ -84,7 +84,7 @@ fn variables(root: &Map<String, Value>, found: &mut Found) {
     };
     for name in variables.keys() {
         for prefix in ["gl-", "gl_"] {
-            if name.get(..prefix.len()).is_some_and(|start| start.eq_ignore_ascii_case(prefix)) {
+            if starts_in_any_case(name, prefix) {
                 found.add(
                     &format!("variables.{name}"),
                     format!("Variable name '{name}' must not start with '{prefix}'"),

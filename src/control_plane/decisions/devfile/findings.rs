@@ -45,7 +45,12 @@ impl Found {
 }
 
 pub fn starts_reserved(name: &str) -> bool {
-    name.get(..RESERVED_PREFIX.len()).is_some_and(|start| start.eq_ignore_ascii_case(RESERVED_PREFIX))
+    starts_in_any_case(name, RESERVED_PREFIX)
+}
+
+/// Whether `name` starts with `prefix`, in any case (GitLab downcases before it compares).
+pub fn starts_in_any_case(name: &str, prefix: &str) -> bool {
+    name.get(..prefix.len()).is_some_and(|start| start.eq_ignore_ascii_case(prefix))
 }
 
 /// Ruby's truth: anything but nothing and `false`.
