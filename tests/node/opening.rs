@@ -25,20 +25,27 @@ pub fn openable_image() {
 }
 
 /// `wsync <args>` as whoever holds `token`.
+/// `wsync <args>` as whoever holds `token`, against `node`'s control plane and agent.
 fn wsync_as(node: &Node, token: &str, args: &[&str]) -> Command {
+    wsync_at(&node.control_plane.url, &node.id, token, args)
+}
+
+/// `wsync <args>` as whoever holds `token`, at `server`, for `agent`'s workspaces.
+pub fn wsync_at(server: &str, agent: &str, token: &str, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
     command
         .args(args)
-        .env("WSYNC_SERVER", &node.control_plane.url)
+        .env("WSYNC_SERVER", server)
         .env("WSYNC_TOKEN", token)
-        .env("WSYNC_AGENT_ID", &node.id)
+        .env("WSYNC_AGENT_ID", agent)
         .env_remove("WSYNC_ADMIN_TOKEN");
     command
 }
 
-fn user(node: &Node, name: &str) -> String {
+/// A new user of `control_plane`: their token.
+pub fn user(control_plane: &ControlPlaneProcess, name: &str) -> String {
     let created: Value =
-        serde_json::from_str(&node.control_plane.cli(&["users", "create", name, "-o", "json"])).expect("json");
+        serde_json::from_str(&control_plane.cli(&["users", "create", name, "-o", "json"])).expect("json");
     created["token"].as_str().expect("a token").to_string()
 }
 
@@ -49,7 +56,7 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
     }
     openable_image();
     let node = Node::start_with("op", &["--workspaces-domain", "ws.localhost"]);
-    let (alice, bob) = (user(&node, "alice"), user(&node, "bob"));
+    let (alice, bob) = (user(&node.control_plane, "alice"), user(&node.control_plane, "bob"));
     let created =
         wsync_as(&node, &alice, &["workspaces", "create", "web", "--image", OPENABLE_IMAGE]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));

@@ -4,7 +4,7 @@
 //! holder. Kill the holder: the agent's tunnel opens at the survivor, and the workspace opens
 //! again there. No stand-in anywhere.
 
-use crate::opening::{OPENABLE_IMAGE, PAGE, openable_image};
+use crate::opening::{OPENABLE_IMAGE, PAGE, openable_image, user, wsync_at};
 use crate::support::balancer::Balancer;
 use crate::support::postgres::fresh_database;
 use crate::support::workspace_streams::through_stdio;
@@ -41,8 +41,7 @@ async fn the_workspace_opens_again_after_the_process_holding_its_tunnel_is_kille
     let registered: Value = serde_json::from_str(&admin.cli(&["agents", "register", &id, "-o", "json"])).expect("json");
     let token = registered["token"].as_str().expect("its token");
     let _agent = AgentProcess::start_with_token(env(), &id, &balancer.url, token, &[]);
-    let alice: Value = serde_json::from_str(&admin.cli(&["users", "create", "alice", "-o", "json"])).expect("json");
-    let alice = alice["token"].as_str().expect("her token").to_string();
+    let alice = user(admin, "alice");
     let created = wsync_at(&first, &id, &alice, &["workspaces", "create", "web", "--image", OPENABLE_IMAGE]).output();
     assert!(created.is_ok_and(|out| out.status.success()), "alice creates web");
     eventually("web to run", LONG, || {
@@ -96,15 +95,4 @@ async fn eventually_page(server: &str, agent: &str, token: &str, within: std::ti
 async fn page_through(server: &str, agent: &str, token: &str) -> String {
     let stdio = wsync_at(server, agent, token, &["workspaces", "ssh", "web", "--stdio", "--port", "8080"]);
     through_stdio(stdio, b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n").await
-}
-
-fn wsync_at(server: &str, agent: &str, token: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
-    command
-        .args(args)
-        .env("WSYNC_SERVER", server)
-        .env("WSYNC_TOKEN", token)
-        .env("WSYNC_AGENT_ID", agent)
-        .env_remove("WSYNC_ADMIN_TOKEN");
-    command
 }
