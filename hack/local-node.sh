@@ -178,10 +178,8 @@ C
   gcc -Os -static -o "$dir/pause" "$dir/pause.c"
   python3 hack/mkimage.py "$dir/pause.tar" localhost/pause:1 --file "$dir/pause:pause" \
     --entrypoint '["/pause"]' --user 65535:65535
-  local links=() applet
-  for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || links+=("--link=/bin/busybox:/bin/$applet")
-  done
+  local links=()
+  mapfile -t links < <(busybox_links)
   python3 hack/mkimage.py "$dir/busybox.tar" localhost/busybox:1 --file /bin/busybox:bin/busybox \
     --cmd '["sh"]' "${links[@]}"
   import_image "$dir/pause.tar"
@@ -191,12 +189,12 @@ C
 # The wsync image, as the Dockerfile's runtime stage makes it: the binary (stripped), the shared
 # libraries it links, the CA roots, user 65532; the Pod's securityContext makes the root read-only.
 wsync_image() {
-  local binary=${1:-target/release/wsync} ref=${2:-localhost/wsync:dev} dir lib files=()
+  local binary=${1:-target/release/wsync} ref=${2:-localhost/wsync:dev} dir files=()
   [ -x "$binary" ] || die "no wsync binary at $binary: cargo build --release"
   dir=$(mktemp -d)
   strip -o "$dir/wsync" "$binary"
   files+=("--file=$dir/wsync:usr/local/bin/wsync")
-  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do files+=("--file=$(readlink -f "$lib"):$lib"); done
+  mapfile -t -O "${#files[@]}" files < <(library_files "$binary")
   [ ! -f /etc/ssl/certs/ca-certificates.crt ] \
     || files+=("--file=/etc/ssl/certs/ca-certificates.crt:etc/ssl/certs/ca-certificates.crt:0644")
   python3 hack/mkimage.py "$dir/wsync.tar" "$ref" "${files[@]}" \
@@ -211,7 +209,7 @@ wsync_image() {
 # as the image's own non-root user, who logs in with no password (README: "SSH" says when
 # that is safe). Its host key is kept in the cache, the same from one build to the next.
 workspace_image() {
-  local sshd dir lib files=() applet
+  local sshd dir files=()
   command -v websocketd >/dev/null || apt_install websocketd
   command -v ssh-keygen >/dev/null || apt_install openssh-client
   sshd=$(unpacked_sshd)/usr/sbin/sshd
@@ -246,19 +244,31 @@ echo "a server of the workspace ended" >&2
 exit 1
 START
   files+=("--file=/bin/busybox:bin/busybox" "--file=$sshd:usr/sbin/sshd" "--file=$(command -v websocketd):bin/websocketd")
-  for lib in $({ ldd "$sshd"; ldd "$(command -v websocketd)"; } | grep -o '/[^ ]*' | sort -u); do
-    files+=("--file=$(readlink -f "$lib"):$lib")
-  done
+  mapfile -t -O "${#files[@]}" files < <(library_files "$sshd" "$(command -v websocketd)")
   files+=("--file=$dir/index.html:www/index.html:0644" "--file=$dir/big:www/big:0644" "--file=$dir/passwd:etc/passwd:0644"
     "--file=$dir/nsswitch.conf:etc/nsswitch.conf:0644" "--file=$dir/sshd_config:etc/ssh/sshd_config:0644"
     "--file=$CACHE_DIR/workspace_host_key:etc/ssh/host_key:0600:65532" "--file=$dir/start:start")
-  for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || files+=("--link=/bin/busybox:bin/$applet")
-  done
+  mapfile -t -O "${#files[@]}" files < <(busybox_links)
   python3 hack/mkimage.py "$dir/workspace.tar" localhost/workspace:3 "${files[@]}" \
     --cmd '["/start"]' --user 65532:65532
   import_image "$dir/workspace.tar"
   log "imported localhost/workspace:3"
+}
+
+# mkimage.py's --file for each shared library the binaries link, once each.
+library_files() {
+  local binary lib
+  for binary in "$@"; do ldd "$binary"; done | grep -o '/[^ ]*' | sort -u | while read -r lib; do
+    echo "--file=$(readlink -f "$lib"):$lib"
+  done
+}
+
+# mkimage.py's --link for each of busybox's applets.
+busybox_links() {
+  local applet
+  for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || echo "--link=/bin/busybox:bin/$applet"
+  done
 }
 
 import_image() {
