@@ -12,6 +12,13 @@ pub fn is_dns_label(value: &str) -> bool {
         && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
+/// An environment variable's name as Kubernetes takes it (and so as a Secret key too).
+pub fn is_env_name(s: &str) -> bool {
+    (1..=253).contains(&s.len())
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// [`is_dns_label`], or why not: `"{what} {value:?} is not a DNS label"`.
 pub fn dns_label(what: &str, value: &str) -> Result<(), String> {
     if is_dns_label(value) { Ok(()) } else { Err(format!("{what} {value:?} is not a DNS label")) }

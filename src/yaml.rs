@@ -74,6 +74,63 @@ pub fn parse_value(text: &str) -> Result<serde_json::Value, YamlError> {
     Ok(value)
 }
 
+/// A devfile as written (#40), at most this long: its workspace's config, built from it, must
+/// fit the agent's [`MAX_CONFIG_BYTES`].
+pub const MAX_DEVFILE_BYTES: usize = 256 * 1024;
+/// How deep a devfile's mappings and lists may nest; a real one needs under ten.
+const MAX_DEVFILE_DEPTH: usize = 32;
+
+/// Why a devfile could not be read; each says so in words a user can act on.
+#[derive(thiserror::Error, Debug)]
+pub enum DevfileReadError {
+    #[error("the devfile is {0} bytes; at most {MAX_DEVFILE_BYTES} are accepted")]
+    TooLarge(usize),
+    #[error("the devfile is not UTF-8 text (a byte at offset {0} is not)")]
+    NotUtf8(usize),
+    #[error("the devfile uses YAML anchors or aliases, which are not accepted (as GitLab refuses them)")]
+    Aliases,
+    #[error("the devfile nests deeper than {MAX_DEVFILE_DEPTH} levels")]
+    TooDeep,
+    #[error("invalid YAML: {0}")]
+    Parse(String),
+}
+
+/// One devfile, read from a user's bytes: UTF-8, at most [`MAX_DEVFILE_BYTES`], one document,
+/// no anchors or aliases (GitLab's `YAML.safe_load` takes none), nested at most 32 deep.
+pub fn parse_devfile(bytes: &[u8]) -> Result<serde_json::Value, DevfileReadError> {
+    if bytes.len() > MAX_DEVFILE_BYTES {
+        return Err(DevfileReadError::TooLarge(bytes.len()));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| DevfileReadError::NotUtf8(e.valid_up_to()))?;
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_aliases: 0,
+            max_anchors: 0,
+            max_depth: MAX_DEVFILE_DEPTH,
+            max_inclusion_depth: 0,
+            max_documents: 1,
+        },
+    };
+    LEFT.with(|left| left.set(MAX_CONFIG_BYTES));
+    use serde_saphyr::{Error, budget::BudgetBreach};
+    let error = match serde_saphyr::from_str_with_options(text, options) {
+        Ok(Budgeted(value)) => return Ok(value),
+        Err(error) => error,
+    };
+    // The error itself, without the wrappers that quote the source around it.
+    let mut cause = &error;
+    while let Error::WithSnippet { error, .. } | Error::AliasError { error, .. } = cause {
+        cause = error;
+    }
+    Err(match cause {
+        Error::Budget { breach: BudgetBreach::Depth { .. }, .. } => DevfileReadError::TooDeep,
+        Error::Budget { breach: BudgetBreach::Aliases { .. } | BudgetBreach::Anchors { .. }, .. } => {
+            DevfileReadError::Aliases
+        }
+        cause => DevfileReadError::Parse(cause.to_string()),
+    })
+}
+
 /// Serialize any value as YAML, for CLI output, the CRD and the control plane's configs.
 pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
     serde_saphyr::to_string(value)
@@ -241,5 +298,29 @@ mod tests {
     fn an_oversized_config_is_refused_unread() {
         let err = parse_objects(&"#".repeat(MAX_CONFIG_BYTES + 1)).unwrap_err();
         assert!(matches!(err, YamlError::TooLarge(_)), "{err}");
+    }
+
+    #[test]
+    fn a_devfile_is_read_whole_or_refused_in_words() {
+        let devfile =
+            parse_devfile(b"schemaVersion: 2.2.0\ncomponents:\n- name: a\n  container: {image: x}\n").unwrap();
+        assert_eq!(devfile["components"][0]["container"]["image"], "x");
+        let aliased = parse_devfile(b"a: &x 1\nb: *x\n");
+        assert!(matches!(aliased, Err(DevfileReadError::Aliases)), "{aliased:?}");
+        assert!(matches!(parse_devfile(b"a: &x 1\n"), Err(DevfileReadError::Aliases)));
+        assert!(matches!(parse_devfile(b"base: &b {x: 1}\nc:\n  <<: *b\n"), Err(DevfileReadError::Aliases)));
+        assert!(matches!(parse_devfile(&[b'a', b':', b' ', 0xff, 0xfe]), Err(DevfileReadError::NotUtf8(3))));
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        assert!(
+            matches!(parse_devfile(deep.as_bytes()), Err(DevfileReadError::TooDeep)),
+            "{:?}",
+            parse_devfile(deep.as_bytes())
+        );
+        let block: String = (0..100).map(|depth| format!("{}k:\n", "  ".repeat(depth))).collect();
+        assert!(matches!(parse_devfile(block.as_bytes()), Err(DevfileReadError::TooDeep)));
+        let big = format!("schemaVersion: 2.2.0\nx: \"{}\"\n", "a".repeat(1024 * 1024));
+        assert!(matches!(parse_devfile(big.as_bytes()), Err(DevfileReadError::TooLarge(n)) if n == big.len()));
+        assert!(matches!(parse_devfile(b"a: 1\n---\nb: 2\n"), Err(DevfileReadError::Parse(_))));
+        assert!(matches!(parse_devfile(b"a: [1\n"), Err(DevfileReadError::Parse(_))));
     }
 }

@@ -8,10 +8,109 @@
 mod commands;
 mod components;
 pub mod findings;
+mod flatten;
+pub mod kubernetes_values;
+pub mod model;
+mod schema;
 
 use findings::{Found, starts_in_any_case, truthy};
 pub use findings::{Pass, Violation};
 use serde_json::{Map, Value};
+use std::fmt;
+
+/// A devfile that may be used: flattened, as the workspace is built from it and stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    pub flattened: Value,
+    pub devfile: model::Devfile,
+}
+
+/// Why a devfile is refused: the first stage that refused it, and all that stage found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub stage: Stage,
+    pub violations: Vec<Violation>,
+}
+
+/// GitLab's stages (each stops the devfile), and wsync's Kubernetes values after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Read,
+    Restrictions,
+    Schema,
+    KubernetesValues,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.stage {
+            Stage::Read => "Devfile yaml parse failed:",
+            Stage::Restrictions => "Devfile restrictions failed:",
+            Stage::Schema => "Devfile schema validation failed:",
+            Stage::KubernetesValues => "Devfile values Kubernetes would refuse:",
+        })?;
+        for violation in &self.violations {
+            write!(f, "\n  {violation}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A devfile as a user gives it, checked whole as GitLab 18.9 checks it (read, restrictions
+/// as written, the 2.2.0 schema, flattened, restrictions again), and then for what
+/// Kubernetes would refuse; nothing of it is used unless all pass.
+pub fn accept(bytes: &[u8]) -> Result<Accepted, Refusal> {
+    let refuse = |stage, violations| Err(Refusal { stage, violations });
+    let devfile = match crate::yaml::parse_devfile(bytes) {
+        Ok(devfile @ Value::Object(_)) => devfile,
+        Ok(other) => {
+            let message = format!("YAML parsing resulted in '{}' type instead of 'Hash'", ruby_type(&other));
+            return refuse(Stage::Read, vec![Violation { path: "(devfile)".into(), message }]);
+        }
+        Err(error) => {
+            return refuse(Stage::Read, vec![Violation { path: "(devfile)".into(), message: error.to_string() }]);
+        }
+    };
+    let found = violations(&devfile, Pass::AsWritten);
+    if !found.is_empty() {
+        return refuse(Stage::Restrictions, found);
+    }
+    let found = schema::violations(&devfile);
+    if !found.is_empty() {
+        return refuse(Stage::Schema, found);
+    }
+    let flattened = flatten::flatten(&devfile);
+    let found = violations(&flattened, Pass::Flattened);
+    if !found.is_empty() {
+        return refuse(Stage::Restrictions, found);
+    }
+    let model: model::Devfile = match serde_json::from_value(flattened.clone()) {
+        Ok(model) => model,
+        Err(error) => {
+            let message = format!("cannot be read as a devfile: {error}");
+            return refuse(Stage::Schema, vec![Violation { path: "(devfile)".into(), message }]);
+        }
+    };
+    let mut found = Found::default();
+    kubernetes_values::check(&model, &mut found);
+    if !found.0.is_empty() {
+        return refuse(Stage::KubernetesValues, found.0);
+    }
+    Ok(Accepted { flattened, devfile: model })
+}
+
+fn ruby_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NilClass",
+        Value::Bool(true) => "TrueClass",
+        Value::Bool(false) => "FalseClass",
+        Value::Number(n) if n.is_f64() => "Float",
+        Value::Number(_) => "Integer",
+        Value::String(_) => "String",
+        Value::Array(_) => "Array",
+        Value::Object(_) => "Hash",
+    }
+}
 
 /// GitLab's limit on a devfile, as JSON.
 pub const MAX_DEVFILE_BYTES: usize = 3 * 1024 * 1024;

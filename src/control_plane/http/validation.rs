@@ -19,13 +19,6 @@ pub fn validate_pull_secrets(secrets: &[ImagePullSecret]) -> Result<(), String> 
     Ok(())
 }
 
-/// An environment variable's name as Kubernetes takes it (and so as a Secret key too).
-pub fn is_env_name(s: &str) -> bool {
-    (1..=253).contains(&s.len())
-        && !s.starts_with(|c: char| c.is_ascii_digit())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
 /// A workspace owner: a GitLab username's characters, at most 255 of them.
 pub fn is_owner_name(s: &str) -> bool {
     (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
@@ -37,7 +30,7 @@ pub fn is_dns_label(s: &str) -> bool {
     s.len() <= 40 && crate::names::is_dns_label(s)
 }
 
-pub use crate::names::{is_dns_subdomain, is_namespace_name};
+pub use crate::names::{is_dns_subdomain, is_env_name, is_namespace_name};
 
 /// One part of a URL's path or query, percent-encoded: a name can never add a `/`, `?`, `#`
 /// or `&` to the link it is part of, and the result needs no HTML escaping.
