@@ -7,6 +7,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY migrations ./migrations
+COPY schemas ./schemas
 RUN cargo build --release --locked --bin wsync --target x86_64-unknown-linux-musl \
  && cp target/x86_64-unknown-linux-musl/release/wsync /wsync
 
