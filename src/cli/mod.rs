@@ -19,8 +19,12 @@ pub enum WorkspacesCommand {
     /// Create a workspace; it starts Running.
     Create {
         name: String,
-        #[arg(long)]
-        image: String,
+        /// The short form: a one-container workspace running this image.
+        #[arg(long, required_unless_present = "devfile")]
+        image: Option<String>,
+        /// A devfile (2.2.0), validated whole as GitLab validates it; `-` reads standard input.
+        #[arg(long, conflicts_with_all = ["image", "cpu", "memory"])]
+        devfile: Option<std::path::PathBuf>,
         #[arg(long)]
         cpu: Option<String>,
         #[arg(long)]
@@ -38,6 +42,11 @@ pub enum WorkspacesCommand {
         orphans: bool,
     },
     Get {
+        name: String,
+    },
+    /// Print the devfile a workspace was created from (for one made from an image, the
+    /// devfile that image stands for).
+    Devfile {
         name: String,
     },
     /// Make an orphan (`namespace/name`) a workspace, Running, with the image it runs.
@@ -108,7 +117,7 @@ pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: Works
     let agent = &segment(agent);
     let base = format!("api/v1/agents/{agent}/workspaces");
     let (method, path, body) = match &command {
-        WorkspacesCommand::Create { name, image, cpu, memory, env, owner } => {
+        WorkspacesCommand::Create { name, image, devfile, cpu, memory, env, owner } => {
             let env: serde_json::Map<String, Value> = env
                 .iter()
                 .map(|kv| {
@@ -120,7 +129,11 @@ pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: Works
                     Ok((k.to_string(), Value::from(v)))
                 })
                 .collect::<Result<_>>()?;
-            let body = serde_json::json!({ "name": name, "image": image, "cpu": cpu, "memory": memory, "env": env, "owner": owner });
+            let devfile = match devfile {
+                Some(path) => Some(read_devfile(path)?),
+                None => None,
+            };
+            let body = serde_json::json!({ "name": name, "image": image.clone().unwrap_or_default(), "devfile": devfile, "cpu": cpu, "memory": memory, "env": env, "owner": owner });
             (reqwest::Method::POST, base.clone(), Some(body))
         }
         WorkspacesCommand::List { orphans: false } => (reqwest::Method::GET, base.clone(), None),
@@ -137,7 +150,20 @@ pub async fn workspaces(server: &ServerArgs, agent: Option<&str>, command: Works
         WorkspacesCommand::TerminateOrphan { orphan } => {
             (reqwest::Method::POST, format!("api/v1/agents/{agent}/orphans/{}/terminate", orphan_path(orphan)?), None)
         }
-        WorkspacesCommand::Get { name } => (reqwest::Method::GET, format!("{base}/{}", segment(name)), None),
+        WorkspacesCommand::Get { name } => {
+            let answer = call(server, reqwest::Method::GET, &format!("{base}/{}", segment(name)), None).await?;
+            let workspace: Option<Workspace> = serde_json::from_value(answer.clone()).ok();
+            print_workspaces(server, answer)?;
+            if server.output != Output::Json {
+                print!("{}", workspace.as_ref().map(table::details).unwrap_or_default());
+            }
+            return Ok(());
+        }
+        WorkspacesCommand::Devfile { name } => {
+            let answer = call(server, reqwest::Method::GET, &format!("{base}/{}/devfile", segment(name)), None).await?;
+            let devfile = answer.get("devfile").and_then(Value::as_str).unwrap_or_default();
+            return print_devfile(devfile);
+        }
         WorkspacesCommand::Start { name } => (reqwest::Method::POST, format!("{base}/{}/start", segment(name)), None),
         WorkspacesCommand::Stop { name } => (reqwest::Method::POST, format!("{base}/{}/stop", segment(name)), None),
         WorkspacesCommand::Restart { name } => {
@@ -175,6 +201,41 @@ fn print_workspaces(server: &ServerArgs, answer: Value) -> Result<()> {
     .map_err(|e| Error::UnexpectedAnswer(e.to_string()))?;
     print!("{}", table(&list, now_ms()));
     Ok(())
+}
+
+/// A devfile from a file (or standard input), refused here when it could never be accepted:
+/// too large, or not UTF-8. The control plane checks it whole.
+fn read_devfile(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let limit = crate::yaml::MAX_DEVFILE_BYTES;
+    let mut bytes = Vec::new();
+    let read = match path.to_str() {
+        Some("-") => std::io::stdin().take(limit as u64 + 1).read_to_end(&mut bytes),
+        _ => std::fs::File::open(path).and_then(|file| file.take(limit as u64 + 1).read_to_end(&mut bytes)),
+    };
+    read.map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    if bytes.len() > limit {
+        return Err(Error::Io(format!("{}: a devfile is at most {limit} bytes", path.display())));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::Io(format!(
+            "{}: not UTF-8 text (a byte at offset {} is not)",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// A devfile as stored: as it is to a file or a pipe, each line made printable on a terminal.
+fn print_devfile(devfile: &str) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    let mut out = std::io::stdout().lock();
+    let written = if out.is_terminal() {
+        devfile.lines().try_for_each(|line| writeln!(out, "{}", printable(line)))
+    } else {
+        out.write_all(devfile.as_bytes())
+    };
+    written.map_err(|e| Error::Io(e.to_string()))
 }
 
 /// `namespace/name`, checked, as a URL path.

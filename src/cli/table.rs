@@ -31,6 +31,30 @@ pub fn table(workspaces: &[Workspace], now: i64) -> String {
     out
 }
 
+/// One workspace's devfile components and its declared ports, below its row (`get`).
+pub fn details(workspace: &Workspace) -> String {
+    let mut out = String::new();
+    if !workspace.components.is_empty() {
+        let rows: Vec<Vec<String>> =
+            workspace.components.iter().map(|c| vec![c.name.clone(), c.kind.clone(), c.detail.clone()]).collect();
+        out += "\n";
+        out += &crate::terminal::table(&["COMPONENT", "KIND", "IMAGE OR SIZE"], &rows);
+    }
+    if !workspace.endpoints.is_empty() {
+        let rows: Vec<Vec<String>> = workspace
+            .endpoints
+            .iter()
+            .map(|e| {
+                let url = e.url.clone().unwrap_or_else(|| "(not a web page: port-forward or ssh)".into());
+                vec![e.name.clone(), e.port.to_string(), url]
+            })
+            .collect();
+        out += "\n";
+        out += &crate::terminal::table(&["ENDPOINT", "PORT", "URL"], &rows);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +91,8 @@ mod tests {
             owner_id: None,
             last_activity_at: None,
             endpoints: Vec::new(),
+            devfile: None,
+            components: Vec::new(),
         };
         let out = table(&[workspace], 0);
         assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");

@@ -209,6 +209,11 @@ pub struct ControlPlaneArgs {
     #[arg(long, env = "WSYNC_STREAM_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration)]
     pub stream_idle_timeout: std::time::Duration,
 
+    /// The image that clones a devfile's projects into a new workspace: any image with `git`
+    /// and a shell. Frozen into each workspace when it is created.
+    #[arg(long, env = "WSYNC_PROJECT_CLONER_IMAGE", default_value = decisions::config_builder::DEFAULT_PROJECT_CLONER_IMAGE)]
+    pub project_cloner_image: String,
+
     /// How long the audit trail keeps an entry; older ones are pruned every hour.
     #[arg(long, env = "WSYNC_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: std::time::Duration,
@@ -292,6 +297,7 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
     let state = Arc::new(http::AppState {
         identity_provider,
         audit_retention_ms: millis(args.audit_retention),
+        project_cloner_image: args.project_cloner_image.clone(),
         tunnel_recheck: args.tunnel_recheck.max(std::time::Duration::from_millis(100)),
         workspace_hosts,
         streams: Arc::new(streams),

@@ -48,6 +48,22 @@ pub struct Workspace {
     /// answers, never stored.
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,
+    /// The devfile it was created from, flattened (#40); None for one created from an image.
+    #[serde(skip)]
+    pub devfile: Option<std::sync::Arc<crate::control_plane::decisions::devfile::model::Devfile>>,
+    /// Its devfile's components, as the API and the page show them: filled as it answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<ComponentShown>,
+}
+
+/// One component of a workspace's devfile, as shown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ComponentShown {
+    pub name: String,
+    /// `container` or `volume`.
+    pub kind: String,
+    /// A container's image, a volume's size.
+    pub detail: String,
 }
 
 /// One declared port of a workspace, and its URL when `--workspaces-domain` names a domain.
@@ -94,6 +110,8 @@ impl Workspace {
             owner_id: new.owner_id,
             last_activity_at: None,
             endpoints: Vec::new(),
+            devfile: new.devfile_accepted,
+            components: Vec::new(),
         }
     }
 }
@@ -149,6 +167,7 @@ pub enum OrphanFate {
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct NewWorkspace {
     pub name: String,
+    #[serde(default)]
     pub image: String,
     #[serde(default)]
     pub cpu: Option<String>,
@@ -161,6 +180,12 @@ pub struct NewWorkspace {
     /// Set by the web layer from who is asking, never from a request's body.
     #[serde(skip)]
     pub owner_id: Option<String>,
+    /// A devfile (#40), as the user wrote it: in place of `image`, which it gives.
+    #[serde(default)]
+    pub devfile: Option<String>,
+    /// The devfile once accepted: set by the web layer, never from a request's body.
+    #[serde(skip)]
+    pub devfile_accepted: Option<std::sync::Arc<crate::control_plane::decisions::devfile::model::Devfile>>,
 }
 
 impl NewWorkspace {
@@ -174,6 +199,8 @@ impl NewWorkspace {
             env: BTreeMap::new(),
             owner: None,
             owner_id: None,
+            devfile: None,
+            devfile_accepted: None,
         }
     }
 }

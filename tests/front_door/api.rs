@@ -9,6 +9,7 @@ use wsync::control_plane::http::{AdminCredential, AppState, router};
 use wsync::control_plane::store::Store;
 use wsync::protocol::{PREREQUISITES_PATH, RECONCILE_PATH, Settings};
 
+mod devfiles;
 mod settings;
 
 struct Server {

@@ -271,8 +271,10 @@ impl AgentConfig {
             pod_spec.insert("hostUsers".into(), Value::from(false));
         }
         if let Some(allow) = self.allow_privilege_escalation {
-            for container in pod_spec.get_mut("containers").and_then(Value::as_array_mut).into_iter().flatten() {
-                container["securityContext"] = json!({ "allowPrivilegeEscalation": allow, "privileged": false });
+            for list in ["initContainers", "containers"] {
+                for container in pod_spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                    container["securityContext"] = json!({ "allowPrivilegeEscalation": allow, "privileged": false });
+                }
             }
         }
     }

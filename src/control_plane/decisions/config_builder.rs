@@ -9,17 +9,17 @@
 //! as the apiserver prints them and no field is set that the server would default differently,
 //! so re-applying an unchanged config changes no resourceVersion.
 
+mod devfile_pod;
+mod pod_parts;
+
+pub use devfile_pod::DEFAULT_PROJECT_CLONER_IMAGE;
+pub use pod_parts::{DECLARED_PORTS, SSH_PORT};
+
 pub use super::rules::Resources;
 use crate::control_plane::model::Workspace;
 use crate::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION, PARTIAL_RECONCILIATION_ANNOTATION};
 use crate::protocol::{DesiredState, ImagePullSecret};
 use serde_json::{Value, json};
-
-/// The ports every workspace declares, by name: its IDE's, and its sshd's on GitLab's port
-/// for it (60022). Devfiles will declare more.
-pub const DECLARED_PORTS: [(&str, u16); 2] = [("ide", 8080), ("ssh", SSH_PORT)];
-/// The port `wsync workspaces ssh` opens.
-pub const SSH_PORT: u16 = 60022;
 
 /// A rollout that never becomes ready ends as ProgressDeadlineExceeded (actual state Failed).
 pub const PROGRESS_DEADLINE_SECONDS: i64 = 300;
@@ -116,39 +116,33 @@ pub fn build(
         secrets.push(json!({ "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "data": data }));
     }
     let selector = json!({ "app.kubernetes.io/name": workspace.name });
-    let mut resources = serde_json::Map::new();
-    if let Some(cpu) = &workspace.cpu {
-        resources.insert("cpu".into(), Value::from(cpu.as_str()));
-    }
-    if let Some(memory) = &workspace.memory {
-        resources.insert("memory".into(), Value::from(memory.as_str()));
-    }
-    let own = (!resources.is_empty()).then(|| json!({ "requests": resources.clone(), "limits": resources }));
-    let resources = config.container_resources(own).unwrap_or_else(|| json!({}));
+    let parts = match &workspace.devfile {
+        Some(devfile) => devfile_pod::from_devfile(&workspace.name, devfile, config),
+        None => pod_parts::from_image(workspace),
+    };
     let env: Vec<Value> = match env_in_secret {
         true => Vec::new(),
         false => workspace.env.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect(),
     };
-    let mut container = json!({
-        "name": "workspace",
-        "image": workspace.image,
-        "ports": DECLARED_PORTS.iter().map(|(name, port)| json!({ "containerPort": port, "name": name, "protocol": "TCP" })).collect::<Vec<_>>(),
-        "volumeMounts": [{ "mountPath": "/home/workspace", "name": "home" }],
-    });
-    if !env.is_empty() {
-        container["env"] = Value::from(env);
-    }
-    if env_in_secret {
-        container["envFrom"] = json!([{ "secretRef": { "name": env_secret_name(&workspace.name) } }]);
-    }
-    if resources != json!({}) {
-        container["resources"] = resources;
-    }
+    let with_environment = |mut container: Value| {
+        if !env.is_empty() {
+            let mut all = container.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
+            all.extend(env.iter().cloned());
+            container["env"] = Value::from(all);
+        }
+        if env_in_secret {
+            container["envFrom"] = json!([{ "secretRef": { "name": env_secret_name(&workspace.name) } }]);
+        }
+        container
+    };
     let mut pod_spec = json!({
         "serviceAccountName": workspace.name,
-        "containers": [container],
-        "volumes": [{ "name": "home", "persistentVolumeClaim": { "claimName": format!("{}-home", workspace.name) } }],
+        "containers": parts.containers.into_iter().map(with_environment).collect::<Vec<_>>(),
+        "volumes": parts.volumes,
     });
+    if !parts.init_containers.is_empty() {
+        pod_spec["initContainers"] = parts.init_containers.into_iter().map(with_environment).collect();
+    }
     if !spec.image_pull_secrets.is_empty() {
         let names: Vec<Value> = spec.image_pull_secrets.iter().map(|secret| json!({ "name": secret.name })).collect();
         pod_spec["imagePullSecrets"] = Value::from(names);
@@ -173,31 +167,28 @@ pub fn build(
                 },
             },
         }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": member_meta(&workspace.name),
-            "spec": {
-                "selector": selector,
-                "ports": [{ "name": "ide", "port": 80, "protocol": "TCP", "targetPort": DECLARED_PORTS[0].1 }],
-            },
-        }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": member_meta(&format!("{}-home", workspace.name)),
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": { "requests": { "storage": "1Gi" } },
-            },
-        }),
-        json!({
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": member_meta(&workspace.name),
-            "automountServiceAccountToken": false,
-        }),
     ];
+    if !parts.service_ports.is_empty() {
+        let spec = json!({ "selector": selector, "ports": parts.service_ports });
+        documents.push(
+            json!({ "apiVersion": "v1", "kind": "Service", "metadata": member_meta(&workspace.name), "spec": spec }),
+        );
+    }
+    for (claim, size) in &parts.claims {
+        let spec = json!({ "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": size } } });
+        let metadata = member_meta(claim);
+        documents
+            .push(json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec }));
+    }
+    if let Some((name, data)) = &parts.scripts {
+        documents.push(json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": member_meta(name), "data": data }));
+    }
+    documents.push(json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": member_meta(&workspace.name),
+        "automountServiceAccountToken": false,
+    }));
     if let Some(policy) = config.network_policy_spec(&selector) {
         documents.push(json!({
             "apiVersion": "networking.k8s.io/v1",

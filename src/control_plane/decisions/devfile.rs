@@ -99,6 +99,35 @@ pub fn accept(bytes: &[u8]) -> Result<Accepted, Refusal> {
     Ok(Accepted { flattened, devfile: model })
 }
 
+/// The one-container devfile a workspace made from an image stands for: its image, its IDE
+/// port, its SSH port (internal: `wsync workspaces ssh` reaches it) and its home volume.
+pub fn devfile_of_image(image: &str, cpu: Option<&str>, memory: Option<&str>) -> String {
+    use crate::control_plane::decisions::config_builder::DECLARED_PORTS;
+    let mut container = serde_json::json!({
+        "image": image,
+        "mountSources": false,
+        "endpoints": DECLARED_PORTS.iter().map(|(name, port)| match *name {
+            "ide" => serde_json::json!({ "name": name, "targetPort": port }),
+            _ => serde_json::json!({ "name": name, "targetPort": port, "exposure": "internal" }),
+        }).collect::<Vec<_>>(),
+        "volumeMounts": [{ "name": "home", "path": "/home/workspace" }],
+    });
+    for (field, value) in [("cpuLimit", cpu), ("cpuRequest", cpu), ("memoryLimit", memory), ("memoryRequest", memory)] {
+        if let Some(value) = value {
+            container[field] = Value::from(value);
+        }
+    }
+    let devfile = serde_json::json!({
+        "schemaVersion": SCHEMA_VERSION,
+        "components": [
+            { "name": "workspace", "attributes": { "gl/inject-editor": true, "overrideCommand": false }, "container": container },
+            { "name": "home", "volume": { "size": "1Gi" } },
+        ],
+    });
+    let body = crate::yaml::to_string(&devfile).unwrap_or_default();
+    format!("# The workspace was created from an image; this is the devfile that image stands for.\n{body}")
+}
+
 fn ruby_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "NilClass",
@@ -220,5 +249,7 @@ pub fn human_size(bytes: usize) -> String {
     format!("{text} {}", units[unit])
 }
 
+#[cfg(test)]
+mod gitlab_cases;
 #[cfg(test)]
 mod tests;

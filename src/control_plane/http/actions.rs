@@ -5,6 +5,7 @@ use super::callers::{Target, no_workspace, visible_workspace};
 use super::state::{ApiError, AppState, bad_request, exists, not_found};
 use super::validation::{desired_for_action, is_dns_label, is_env_name, is_owner_name};
 use crate::control_plane::decisions::access::{Caller, UserRef, is_token_name, token_days};
+use crate::control_plane::decisions::devfile;
 use crate::control_plane::model::{ApiToken, LOCAL_ISSUER, NewWorkspace, OrphanFate, User, Workspace};
 use std::net::IpAddr;
 
@@ -14,8 +15,24 @@ pub async fn admit_new_workspace(state: &AppState, caller: &Caller, new: &mut Ne
     if !is_dns_label(&new.name) {
         return Err(bad_request("workspace name must be a DNS label: lowercase letters, digits and '-'"));
     }
+    if let Some(devfile) = &new.devfile {
+        if !new.image.trim().is_empty() || new.cpu.is_some() || new.memory.is_some() {
+            return Err(bad_request(
+                "a devfile names its images and resources: give it without an image, cpu or memory",
+            ));
+        }
+        let mut accepted = devfile::accept(devfile.as_bytes()).map_err(|refusal| bad_request(refusal.to_string()))?;
+        accepted.devfile.project_cloner_image = Some(state.project_cloner_image.clone());
+        new.image = accepted
+            .devfile
+            .main_component()
+            .and_then(|c| c.container.as_ref())
+            .map(|c| c.image.clone())
+            .unwrap_or_default();
+        new.devfile_accepted = Some(std::sync::Arc::new(accepted.devfile));
+    }
     if new.image.trim().is_empty() {
-        return Err(bad_request("image is required"));
+        return Err(bad_request("an image or a devfile is required"));
     }
     if let Some(name) = new.env.keys().find(|name| !is_env_name(name)) {
         return Err(bad_request(format!(

@@ -4,11 +4,13 @@
 
 use super::actions::{self, set_desired, settle_orphan};
 use super::callers::{Admin, Asking, shown, visible_workspace};
-use super::state::{ApiResult, AppState, PageQuery, bad_request, exists, parse};
+use super::state::{ApiResult, AppState, MAX_CREATE_BODY_BYTES, PageQuery, bad_request, exists, parse};
 use super::validation::url_part;
+use crate::control_plane::decisions::devfile::devfile_of_image;
 use crate::control_plane::model::NewWorkspace;
 use crate::control_plane::store::MAX_PAGE;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{Extensions, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +21,12 @@ use std::sync::Arc;
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/v1/workspaces", get(my_workspaces))
-        .route("/api/v1/agents/{agent}/workspaces", get(list_workspaces).post(create_workspace))
+        .route(
+            "/api/v1/agents/{agent}/workspaces",
+            get(list_workspaces).post(create_workspace).layer(DefaultBodyLimit::max(MAX_CREATE_BODY_BYTES)),
+        )
         .route("/api/v1/agents/{agent}/workspaces/{name}", get(get_workspace))
+        .route("/api/v1/agents/{agent}/workspaces/{name}/devfile", get(workspace_devfile))
         .route("/api/v1/agents/{agent}/workspaces/{name}/{action}", post(workspace_action))
         .route("/api/v1/agents/{agent}/orphans", get(list_orphans))
         .route("/api/v1/agents/{agent}/orphans/{namespace}/{name}/{action}", post(orphan_action))
@@ -92,6 +98,21 @@ async fn get_workspace(
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
     Ok(Json(visible_workspace(&state, &caller, &agent, &name).await?).into_response())
+}
+
+/// The devfile a workspace was created from, as its user wrote it; for one created from an
+/// image, the one-container devfile that image stands for.
+async fn workspace_devfile(
+    Asking(caller): Asking,
+    State(state): State<Arc<AppState>>,
+    Path((agent, name)): Path<(String, String)>,
+) -> ApiResult {
+    let workspace = visible_workspace(&state, &caller, &agent, &name).await?;
+    let (devfile, from_image) = match state.store.workspace_devfile(&agent, &name).await? {
+        Some(devfile) => (devfile, false),
+        None => (devfile_of_image(&workspace.image, workspace.cpu.as_deref(), workspace.memory.as_deref()), true),
+    };
+    Ok(Json(serde_json::json!({ "devfile": devfile, "from_image": from_image })).into_response())
 }
 
 async fn workspace_action(

@@ -84,21 +84,48 @@ pub async fn visible_workspace(
     }
 }
 
-/// The workspace as the API and the page show it: with its declared ports and their URLs.
+/// The workspace as the API and the page show it: with its declared ports and their URLs,
+/// and its devfile's components.
 pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
     use crate::control_plane::decisions::config_builder::{DECLARED_PORTS, SSH_PORT};
+    use crate::control_plane::model::ComponentShown;
     let hosts = state.workspace_hosts.as_deref();
-    workspace.endpoints = DECLARED_PORTS
-        .iter()
-        .map(|(name, port)| Endpoint {
-            name: (*name).to_string(),
-            port: *port,
-            // SSH is no web page: `wsync workspaces ssh` reaches it.
-            url: hosts
-                .filter(|_| *port != SSH_PORT)
-                .map(|hosts| hosts.url(&workspace.agent_id, &workspace.name, *port)),
+    // SSH is no web page: `wsync workspaces ssh` reaches it.
+    let declared: Vec<(&str, u16, bool)> = match &workspace.devfile {
+        Some(devfile) => devfile.declared_ports(),
+        None => DECLARED_PORTS.iter().map(|(name, port)| (*name, *port, *port != SSH_PORT)).collect(),
+    };
+    let endpoints = declared
+        .into_iter()
+        .map(|(name, port, opens)| Endpoint {
+            name: name.to_string(),
+            port,
+            url: hosts.filter(|_| opens).map(|hosts| hosts.url(&workspace.agent_id, &workspace.name, port)),
         })
         .collect();
+    workspace.endpoints = endpoints;
+    if let Some(devfile) = &workspace.devfile {
+        workspace.components = devfile
+            .components
+            .iter()
+            .map(|component| match (&component.container, &component.volume) {
+                (Some(container), _) => ComponentShown {
+                    name: component.name.clone(),
+                    kind: "container".into(),
+                    detail: container.image.clone(),
+                },
+                (None, volume) => ComponentShown {
+                    name: component.name.clone(),
+                    kind: "volume".into(),
+                    detail: match volume.as_ref() {
+                        Some(v) if v.ephemeral == Some(true) => "ephemeral".into(),
+                        Some(v) => v.size.clone().unwrap_or_else(|| "1Gi".into()),
+                        None => String::new(),
+                    },
+                },
+            })
+            .collect();
+    }
     workspace
 }
 

@@ -60,6 +60,8 @@ pub struct AppState {
     pub broker: Arc<super::tunnel_broker::Broker>,
     /// The streams to workspaces, through their hosts and the CLI: limits and activity.
     pub streams: Arc<super::workspace_access::WorkspaceStreams>,
+    /// The image new workspaces clone their devfile's projects with.
+    pub project_cloner_image: String,
 }
 
 /// Sign-in attempts a minute, per client address and for everyone, by default.
@@ -93,6 +95,7 @@ impl AppState {
                 std::time::Duration::from_secs(30),
                 store.clone(),
             )),
+            project_cloner_image: crate::control_plane::decisions::config_builder::DEFAULT_PROJECT_CLONER_IMAGE.into(),
             store,
         }
     }
@@ -140,6 +143,9 @@ impl AppState {
 
 /// The largest body of a management request or a page form.
 pub const MAX_MANAGEMENT_BODY_BYTES: usize = 64 * 1024;
+/// A workspace's creation, which may carry a devfile: room for the largest one accepted
+/// ([`crate::yaml::MAX_DEVFILE_BYTES`]) encoded, and for a larger one to be refused in words.
+pub const MAX_CREATE_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 pub const API: u8 = 0;
 pub const PAGE: u8 = 1;

@@ -195,6 +195,10 @@ impl Store {
     pub async fn create_workspace(&self, agent_id: &str, new: &NewWorkspace) -> StoreResult<Workspace> {
         let now = self.clock.now();
         let env = serde_json::to_string(&new.env).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let processed = match &new.devfile_accepted {
+            Some(devfile) => Some(serde_json::to_string(&**devfile).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            None => None,
+        };
         // Under the agent's lock, so that two creations cannot both take the last place.
         let mut tx = self.begin_write().await?;
         self.lock_agent(&mut tx, agent_id).await?;
@@ -224,8 +228,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO workspaces (agent_id, name, namespace, image, cpu, memory, env, desired_state, actual_state, \
              desired_state_updated_at, actual_state_updated_at, created_at, force_include_all_resources, owner, owner_id, \
-             agent_config) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, $14, \
-             (SELECT workspaces_config FROM agents WHERE id = $1))",
+             agent_config, devfile, processed_devfile) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, \
+             $14, (SELECT workspaces_config FROM agents WHERE id = $1), $15, $16)",
         )
         .bind(agent_id)
         .bind(&new.name)
@@ -241,6 +245,8 @@ impl Store {
         .bind(now)
         .bind(new.owner.clone())
         .bind(new.owner_id.clone())
+        .bind(new.devfile.clone().filter(|_| processed.is_some()))
+        .bind(processed)
         .execute(&mut *tx)
         .await
         .map_err(|e| match conflict(e, String::new()) {
@@ -255,6 +261,16 @@ impl Store {
         let sql = format!("SELECT {} FROM workspaces WHERE agent_id = $1 AND name = $2", *SELECT_COLUMNS);
         let row = sqlx::query(&sql).bind(agent_id).bind(name).fetch_optional(&self.pool).await?;
         row.as_ref().map(workspace_from_row).transpose()
+    }
+
+    /// A workspace's devfile as its user wrote it; None when it was made from an image.
+    pub async fn workspace_devfile(&self, agent_id: &str, name: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query("SELECT devfile FROM workspaces WHERE agent_id = $1 AND name = $2")
+            .bind(agent_id)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|row| row.try_get::<Option<String>, _>("devfile")).transpose()?.flatten())
     }
 
     pub async fn workspaces(&self, agent_id: &str) -> StoreResult<Vec<Workspace>> {

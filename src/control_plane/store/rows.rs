@@ -23,7 +23,7 @@ pub enum Written {
 }
 
 /// Every column of `workspaces` (migrations/), with its SQL type.
-pub const COLUMNS: [(&str, &str, Written); 25] = [
+pub const COLUMNS: [(&str, &str, Written); 26] = [
     ("agent_id", "TEXT", Written::Key),
     ("name", "TEXT", Written::Key),
     ("namespace", "TEXT", Written::AtCreation),
@@ -49,6 +49,7 @@ pub const COLUMNS: [(&str, &str, Written); 25] = [
     ("owner", "TEXT", Written::AtCreation),
     ("owner_id", "TEXT", Written::AtCreation),
     ("last_activity_at", "BIGINT", Written::ByUse),
+    ("processed_devfile", "TEXT", Written::AtCreation),
 ];
 
 fn names(written: Written) -> impl Iterator<Item = &'static str> {
@@ -209,6 +210,13 @@ impl WorkspaceReader {
             owner_id: row.text("owner_id")?,
             last_activity_at: row.integer("last_activity_at")?,
             endpoints: Vec::new(),
+            devfile: match row.text("processed_devfile")? {
+                Some(text) => Some(Arc::new(
+                    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("processed_devfile: {e}")))?,
+                )),
+                None => None,
+            },
+            components: Vec::new(),
         })
     }
 

@@ -13,6 +13,10 @@ pub struct Devfile {
     pub commands: Vec<Command>,
     pub events: Events,
     pub projects: Vec<Project>,
+    /// The image that clones the projects: the control plane's setting when the workspace
+    /// was created, frozen with it.
+    #[serde(rename = "wsyncProjectClonerImage", skip_serializing_if = "Option::is_none")]
+    pub project_cloner_image: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -159,6 +163,16 @@ impl Devfile {
     pub fn main_component(&self) -> Option<&Component> {
         let containers = || self.components.iter().filter(|c| c.container.is_some());
         containers().find(|c| truthy(c.attributes.get(MAIN_COMPONENT_ATTRIBUTE))).or_else(|| containers().next())
+    }
+
+    /// The ports its containers declare, each with whether it opens in a browser (`public`);
+    /// `exposure: none` ports are the container's own and are not listed.
+    pub fn declared_ports(&self) -> Vec<(&str, u16, bool)> {
+        let containers = self.components.iter().filter_map(|c| c.container.as_ref());
+        let endpoints = containers.flat_map(|c| c.endpoints.iter()).filter(|e| e.exposure() != "none");
+        endpoints
+            .filter_map(|e| Some((e.name.as_str(), u16::try_from(e.target_port).ok()?, e.exposure() == "public")))
+            .collect()
     }
 
     pub fn component(&self, name: &str) -> Option<&Component> {

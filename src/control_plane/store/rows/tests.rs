@@ -24,6 +24,8 @@ pub fn workspace(name: &str) -> Workspace {
         owner_id: None,
         last_activity_at: None,
         endpoints: Vec::new(),
+        devfile: None,
+        components: Vec::new(),
     }
 }
 

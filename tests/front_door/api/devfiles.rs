@@ -1,0 +1,142 @@
+//! Workspaces from devfiles at the door (#40): accepted whole and shown back, or refused with
+//! every fault at its path and nothing stored.
+
+use super::*;
+use reqwest::Method;
+
+const EXAMPLE: &str = include_str!("../../../examples/devfile.yaml");
+
+async fn agent(server: &Server) -> &'static str {
+    let register = json!({"id": "d1"}).to_string();
+    let (status, body) = server.send(Method::POST, "/api/v1/agents", Some(ADMIN), Some(&register)).await;
+    assert_eq!(status, 201, "{body}");
+    "/api/v1/agents/d1/workspaces"
+}
+
+#[tokio::test]
+async fn a_devfile_workspace_is_created_shown_and_its_devfile_given_back_as_written() {
+    let server = serve().await;
+    let path = agent(&server).await;
+    let create = json!({"name": "web", "devfile": EXAMPLE}).to_string();
+    let (status, body) = server.send(Method::POST, path, Some(ADMIN), Some(&create)).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["image"], "localhost/workspace:3", "the main container's image");
+    assert_eq!(
+        body["components"],
+        json!([
+            {"name": "main", "kind": "container", "detail": "localhost/workspace:3"},
+            {"name": "cache", "kind": "volume", "detail": "64Mi"}
+        ])
+    );
+    assert_eq!(
+        body["endpoints"],
+        json!([{"name": "web", "port": 8080, "url": null}, {"name": "ssh", "port": 60022, "url": null}])
+    );
+    let (status, body) = server.send(Method::GET, &format!("{path}/web/devfile"), Some(ADMIN), None).await;
+    assert_eq!((status, body["from_image"].clone()), (200, json!(false)));
+    assert_eq!(body["devfile"], EXAMPLE, "as written, comments and all");
+    let (status, body) = server.send(Method::GET, &format!("{path}/web"), Some(ADMIN), None).await;
+    assert_eq!((status, body["components"][1]["name"].clone()), (200, json!("cache")), "{body}");
+}
+
+#[tokio::test]
+async fn an_image_workspace_stands_for_a_one_container_devfile() {
+    let server = serve().await;
+    let path = agent(&server).await;
+    let create = json!({"name": "img", "image": "busybox:1.36", "cpu": "100m"}).to_string();
+    assert_eq!(server.send(Method::POST, path, Some(ADMIN), Some(&create)).await.0, 201);
+    let (status, body) = server.send(Method::GET, &format!("{path}/img/devfile"), Some(ADMIN), None).await;
+    assert_eq!((status, body["from_image"].clone()), (200, json!(true)));
+    let devfile = body["devfile"].as_str().unwrap();
+    assert!(devfile.contains("image: busybox:1.36") && devfile.contains("cpuLimit: 100m"), "{devfile}");
+    // What it prints is a devfile the control plane takes.
+    let again = json!({"name": "img2", "devfile": devfile}).to_string();
+    let (status, body) = server.send(Method::POST, path, Some(ADMIN), Some(&again)).await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test]
+async fn a_refused_devfile_names_every_fault_at_its_path_and_nothing_is_stored() {
+    let server = serve().await;
+    let path = agent(&server).await;
+    let faulty = EXAMPLE
+        .replace("targetPort: 8080", "targetPort: 70000")
+        .replace("memoryLimit: 128Mi", "memoryLimit: 128MB")
+        .replace("size: 64Mi", "size: lots");
+    let refusals = [
+        (
+            json!({"name": "a", "devfile": faulty}),
+            vec![
+                "Devfile values Kubernetes would refuse:",
+                "components[0].container.memoryLimit: '128MB' is not a Kubernetes quantity",
+                "components[0].container.endpoints[0].targetPort: 70000 is not a port",
+                "components[1].volume.size: 'lots' is not a Kubernetes quantity",
+            ],
+        ),
+        (
+            json!({"name": "b", "devfile": EXAMPLE.replace("name: main", "name: gl-main").replace("2.2.0", "2.1.0")}),
+            vec![
+                "Devfile restrictions failed:",
+                "schemaVersion: 'schemaVersion' '2.1.0' is not supported, it must be '2.2.0'",
+                "components[0].name: Component name 'gl-main' must not start with 'gl-'",
+            ],
+        ),
+        (
+            json!({"name": "c", "devfile": EXAMPLE.replace("    volume:\n", "    volume:\n      colour: blue\n")}),
+            vec![
+                "Devfile schema validation failed:",
+                "components[1].volume: Additional property 'colour' is not allowed",
+            ],
+        ),
+        (json!({"name": "d", "devfile": "a: &x [1]\nb: *x\n"}), vec!["anchors or aliases"]),
+        (
+            json!({"name": "e", "devfile": format!("{}1{}", "[".repeat(100), "]".repeat(100))}),
+            vec!["nests deeper than 32"],
+        ),
+        (
+            json!({"name": "f", "devfile": format!("schemaVersion: 2.2.0\nx: '{}'\n", "a".repeat(1024 * 1024))}),
+            vec!["the devfile is 1048603 bytes; at most 262144 are accepted"],
+        ),
+        (json!({"name": "g", "devfile": "- a list"}), vec!["YAML parsing resulted in 'Array' type instead of 'Hash'"]),
+        (json!({"name": "h", "devfile": EXAMPLE, "image": "busybox"}), vec!["give it without an image"]),
+        (json!({"name": "i", "devfile": EXAMPLE, "memory": "1Gi"}), vec!["give it without an image, cpu or memory"]),
+    ];
+    for (create, expected) in refusals {
+        let (status, body) = server.send(Method::POST, path, Some(ADMIN), Some(&create.to_string())).await;
+        let error = body["error"].as_str().unwrap_or_default();
+        assert_eq!(status, 400, "{}: {body}", create["name"]);
+        for words in expected {
+            assert!(error.contains(words), "{}: {words:?} not in\n{error}", create["name"]);
+        }
+    }
+    let (status, body) = server.send(Method::GET, path, Some(ADMIN), None).await;
+    assert_eq!((status, body), (200, json!([])), "nothing of a refused devfile is stored");
+}
+
+#[tokio::test]
+async fn the_agent_gets_the_pod_the_devfile_describes() {
+    let server = serve().await;
+    let token = server.register("d2").await;
+    let create = json!({"name": "web", "devfile": EXAMPLE}).to_string();
+    let path = "/api/v1/agents/d2/workspaces";
+    assert_eq!(server.send(Method::POST, path, Some(ADMIN), Some(&create)).await.0, 201);
+    let full = r#"{"update_type": "full", "workspace_agent_infos": []}"#;
+    let (status, body) = server.send(Method::POST, RECONCILE_PATH, Some(&token), Some(full)).await;
+    assert_eq!(status, 201, "{body}");
+    let config = body["workspace_rails_infos"][0]["config_to_apply"].as_str().unwrap();
+    let objects = wsync::yaml::parse_objects(config).unwrap();
+    let kinds: Vec<(&str, &str)> = objects
+        .iter()
+        .map(|o| (o.types.as_ref().unwrap().kind.as_str(), o.metadata.name.as_deref().unwrap()))
+        .collect();
+    assert!(kinds.contains(&("PersistentVolumeClaim", "web-cache")), "{kinds:?}");
+    assert!(kinds.contains(&("ConfigMap", "web-scripts-configmap")), "{kinds:?}");
+    let deployment = objects.iter().find(|o| o.types.as_ref().unwrap().kind == "Deployment").unwrap();
+    let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "main");
+    assert!(container.get("command").is_none(), "overrideCommand: false runs the image's own entrypoint");
+    assert_eq!(
+        container["lifecycle"]["postStart"]["exec"]["command"][1],
+        "/workspace-scripts/main/gl-run-poststart-commands.sh"
+    );
+}
