@@ -110,6 +110,8 @@ pub fn parse_devfile(bytes: &[u8]) -> Result<serde_json::Value, DevfileReadError
             max_inclusion_depth: 0,
             max_documents: 1,
         },
+        // YAML 1.2's booleans: `y`, `no` and `on` stay the strings a user wrote.
+        strict_booleans: true,
     };
     LEFT.with(|left| left.set(MAX_CONFIG_BYTES));
     use serde_saphyr::{Error, budget::BudgetBreach};
@@ -322,5 +324,9 @@ mod tests {
         assert!(matches!(parse_devfile(big.as_bytes()), Err(DevfileReadError::TooLarge(n)) if n == big.len()));
         assert!(matches!(parse_devfile(b"a: 1\n---\nb: 2\n"), Err(DevfileReadError::Parse(_))));
         assert!(matches!(parse_devfile(b"a: [1\n"), Err(DevfileReadError::Parse(_))));
+        assert_eq!(
+            parse_devfile(b"a: y\nb: no\nc: true\n").unwrap(),
+            serde_json::json!({"a": "y", "b": "no", "c": true})
+        );
     }
 }

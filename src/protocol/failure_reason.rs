@@ -11,6 +11,9 @@ pub enum FailureReason {
     ImagePull,
     /// A container keeps exiting and the kubelet backs off restarting it.
     CrashLoop,
+    /// A container's postStart hook failed (a devfile's postStart command), and the kubelet
+    /// killed it.
+    PostStartHook,
     /// A container's config names what is not there (a Secret, a key).
     ContainerConfig,
     /// No node takes the Pod, past the agent's grace.
@@ -24,9 +27,10 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 7] = [
+    pub const ALL: [FailureReason; 8] = [
         Self::ImagePull,
         Self::CrashLoop,
+        Self::PostStartHook,
         Self::ContainerConfig,
         Self::Unschedulable,
         Self::QuotaExceeded,
@@ -38,6 +42,7 @@ impl FailureReason {
         match self {
             Self::ImagePull => "ImagePull",
             Self::CrashLoop => "CrashLoop",
+            Self::PostStartHook => "PostStartHook",
             Self::ContainerConfig => "ContainerConfig",
             Self::Unschedulable => "Unschedulable",
             Self::QuotaExceeded => "QuotaExceeded",

@@ -14,6 +14,7 @@ mod behind_proxy;
 mod browser;
 mod connection_limits;
 mod database;
+mod devfile_cli;
 mod http2;
 mod people;
 mod scale_out;

@@ -67,6 +67,7 @@ async fn each_user_reaches_their_own_workspaces_and_another_users_answer_404() {
     let missing = api(&control_plane, reqwest::Method::GET, "/api/v1/agents/a1/workspaces/nothing-here", &bob).await;
     for (method, path) in [
         (reqwest::Method::GET, "/api/v1/agents/a1/workspaces/ide"),
+        (reqwest::Method::GET, "/api/v1/agents/a1/workspaces/ide/devfile"),
         (reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ide/stop"),
         (reqwest::Method::POST, "/api/v1/agents/a1/workspaces/ide/terminate"),
     ] {

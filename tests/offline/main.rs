@@ -5,6 +5,7 @@
 
 mod control_plane_client;
 mod crd;
+mod devfile_properties;
 mod policy_properties;
 mod protocol;
 mod tunnel;

@@ -49,8 +49,19 @@ pub fn from_pod(workspace: WorkspaceKey, status: &PodStatus, grace: SignedDurati
                     1 => "once".to_string(),
                     n => format!("{n} times"),
                 };
-                let detail = format!("container {name:?} {exit}, restarted {restarts}");
+                let mut detail = format!("container {name:?} {exit}, restarted {restarts}");
+                // What it said as it ended: a cloner's Git error, a postStart command's output.
+                if let Some(said) = last.and_then(|t| t.message.as_deref()).map(str::trim).filter(|m| !m.is_empty()) {
+                    detail = format!("{detail}: {}", tail(said, MAX_SAID_BYTES));
+                }
                 return failure(WorkloadFailure::new(FailureReason::CrashLoop, &detail), None);
+            }
+            reason if reason.starts_with("PostStartHookError") => {
+                // The kubelet's reason holds the hook's error output after the exit status.
+                let output = reason.split_once(": ").map_or(said, |(_, rest)| rest);
+                let output = output.find("exited with ").map_or(output, |at| &output[at..]);
+                let detail = format!("container {name:?}'s postStart hook {}", tail(output.trim(), MAX_SAID_BYTES));
+                return failure(WorkloadFailure::new(FailureReason::PostStartHook, &detail), None);
             }
             "CreateContainerConfigError" | "CreateContainerError" => {
                 let detail = format!("container {name:?} could not be created: {said}");
@@ -66,6 +77,21 @@ pub fn from_pod(workspace: WorkspaceKey, status: &PodStatus, grace: SignedDurati
     let since = unscheduled.last_transition_time.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0);
     let detail = format!("no node takes the Pod: {}", unscheduled.message.as_deref().unwrap_or("no message"));
     failure(WorkloadFailure::new(FailureReason::Unschedulable, &detail), since.checked_add(grace).ok())
+}
+
+/// How much of what a container said the report keeps: its end, where the cause is.
+const MAX_SAID_BYTES: usize = 360;
+
+/// The last `max` bytes of `text` (on a character boundary), marked when cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start = start.saturating_add(1);
+    }
+    format!("…{}", &text[start..])
 }
 
 /// The failing Pods of this agent's workspaces, by `namespace/pod`.

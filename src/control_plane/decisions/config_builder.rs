@@ -208,6 +208,24 @@ pub fn build(
     to_stream(&documents)
 }
 
+/// Why a new workspace's devfile cannot be built under its agent's settings, checked before
+/// it is stored: a request above a limit, or a config the agent would refuse for its size.
+pub fn refused_devfile(workspace: &Workspace, label_key: &str) -> Vec<String> {
+    let Some(devfile) = &workspace.devfile else { return Vec::new() };
+    let mut refused = devfile_pod::refused_with(devfile, &workspace.agent_config);
+    let spec = WorkspaceSpec { workspace, label_key, image_pull_secrets: &[] };
+    match build(&spec, DesiredState::Running, Resources::All) {
+        Ok(config) if config.len() > crate::yaml::MAX_CONFIG_BYTES => refused.push(format!(
+            "its config would be {} bytes; an agent takes at most {}",
+            config.len(),
+            crate::yaml::MAX_CONFIG_BYTES
+        )),
+        Ok(_) => {}
+        Err(error) => refused.push(format!("its config cannot be written: {error}")),
+    }
+    refused
+}
+
 /// A Secret's `data` value: base64, as k8s-openapi writes bytes.
 fn base64(text: &str) -> Value {
     serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap_or_default()

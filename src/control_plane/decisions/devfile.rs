@@ -79,7 +79,10 @@ pub fn accept(bytes: &[u8]) -> Result<Accepted, Refusal> {
     if !found.is_empty() {
         return refuse(Stage::Schema, found);
     }
-    let flattened = flatten::flatten(&devfile);
+    let flattened = match flatten::flatten(&devfile) {
+        Ok(flattened) => flattened,
+        Err(message) => return refuse(Stage::Schema, vec![Violation { path: "variables".into(), message }]),
+    };
     let found = violations(&flattened, Pass::Flattened);
     if !found.is_empty() {
         return refuse(Stage::Restrictions, found);
@@ -94,7 +97,7 @@ pub fn accept(bytes: &[u8]) -> Result<Accepted, Refusal> {
     let mut found = Found::default();
     kubernetes_values::check(&model, &mut found);
     if !found.0.is_empty() {
-        return refuse(Stage::KubernetesValues, found.0);
+        return refuse(Stage::KubernetesValues, found.into_violations());
     }
     Ok(Accepted { flattened, devfile: model })
 }
@@ -180,7 +183,7 @@ pub fn violations(devfile: &Value, pass: Pass) -> Vec<Violation> {
     commands::commands(root, &mut found);
     commands::events(root, &mut found);
     variables(root, &mut found);
-    found.0
+    found.into_violations()
 }
 
 fn schema_version(root: &Map<String, Value>, found: &mut Found) {

@@ -16,8 +16,14 @@ pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {
             FailureReason::CrashLoop if message.contains("OOMKilled") => {
                 "the workspace ran out of memory: raise its memory limit"
             }
+            FailureReason::CrashLoop if message.contains("\"gl-project-cloner\"") => {
+                "a devfile project could not be cloned: check its remote and revision, and that the cluster reaches it"
+            }
             FailureReason::CrashLoop => {
                 "the workspace's container keeps exiting: check its image's command and the exit code"
+            }
+            FailureReason::PostStartHook => {
+                "a devfile postStart command failed: fix the command (its output's end is above) and restart"
             }
             FailureReason::ContainerConfig => {
                 "the container names a Secret, ConfigMap or key that is not there: check the workspace's variables"

@@ -5,7 +5,8 @@ use super::callers::{Target, no_workspace, visible_workspace};
 use super::state::{ApiError, AppState, bad_request, exists, not_found};
 use super::validation::{desired_for_action, is_dns_label, is_env_name, is_owner_name};
 use crate::control_plane::decisions::access::{Caller, UserRef, is_token_name, token_days};
-use crate::control_plane::decisions::devfile;
+use crate::control_plane::decisions::agent_config::AgentConfig;
+use crate::control_plane::decisions::{config_builder, devfile};
 use crate::control_plane::model::{ApiToken, LOCAL_ISSUER, NewWorkspace, OrphanFate, User, Workspace};
 use std::net::IpAddr;
 
@@ -72,6 +73,20 @@ pub async fn create_workspace(
     mut new: NewWorkspace,
 ) -> Result<Workspace, ApiError> {
     admit_new_workspace(state, caller, &mut new).await?;
+    if let Some(devfile) = &new.devfile_accepted {
+        // Built once now, under the agent's settings, so that what is stored is what builds.
+        let settings = state.store.agent_config(agent).await?.unwrap_or_else(AgentConfig::before_settings);
+        let trial = NewWorkspace { devfile_accepted: Some(devfile.clone()), ..NewWorkspace::new(new.name.clone(), "") };
+        let namespace = crate::control_plane::model::workspace_namespace(agent, &new.name);
+        let trial = Workspace::created(agent, &namespace, trial, settings.into(), 0);
+        let refused = config_builder::refused_devfile(&trial, &state.pipeline.label_key);
+        if !refused.is_empty() {
+            return Err(bad_request(format!(
+                "The devfile cannot be built under the agent's settings:\n  {}",
+                refused.join("\n  ")
+            )));
+        }
+    }
     let workspace = state.store.create_workspace(agent, &new).await?;
     state.audit(caller, client, "workspace.create", Target::Workspace(agent, &new.name), &new.image).await;
     Ok(workspace)

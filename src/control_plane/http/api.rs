@@ -3,7 +3,7 @@
 //! that does not exist. Orphans are the admins'.
 
 use super::actions::{self, set_desired, settle_orphan};
-use super::callers::{Admin, Asking, shown, visible_workspace};
+use super::callers::{Admin, Asking, no_workspace, shown, visible_workspace};
 use super::state::{ApiResult, AppState, MAX_CREATE_BODY_BYTES, PageQuery, bad_request, exists, parse};
 use super::validation::url_part;
 use crate::control_plane::decisions::devfile::devfile_of_image;
@@ -107,8 +107,11 @@ async fn workspace_devfile(
     State(state): State<Arc<AppState>>,
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
-    let workspace = visible_workspace(&state, &caller, &agent, &name).await?;
-    let (devfile, from_image) = match state.store.workspace_devfile(&agent, &name).await? {
+    let (workspace, devfile) = match state.store.workspace_with_devfile(&agent, &name).await? {
+        Some((workspace, devfile)) if caller.may_see(workspace.owner_id.as_deref()) => (workspace, devfile),
+        _ => return Err(no_workspace(&agent, &name)),
+    };
+    let (devfile, from_image) = match devfile {
         Some(devfile) => (devfile, false),
         None => (devfile_of_image(&workspace.image, workspace.cpu.as_deref(), workspace.memory.as_deref()), true),
     };

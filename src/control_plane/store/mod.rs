@@ -263,14 +263,17 @@ impl Store {
         row.as_ref().map(workspace_from_row).transpose()
     }
 
-    /// A workspace's devfile as its user wrote it; None when it was made from an image.
-    pub async fn workspace_devfile(&self, agent_id: &str, name: &str) -> StoreResult<Option<String>> {
-        let row = sqlx::query("SELECT devfile FROM workspaces WHERE agent_id = $1 AND name = $2")
-            .bind(agent_id)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|row| row.try_get::<Option<String>, _>("devfile")).transpose()?.flatten())
+    /// A workspace, and its devfile as its user wrote it (None when it was made from an
+    /// image), read together: the devfile shown is the one of the workspace that was checked.
+    pub async fn workspace_with_devfile(
+        &self,
+        agent_id: &str,
+        name: &str,
+    ) -> StoreResult<Option<(Workspace, Option<String>)>> {
+        let sql = format!("SELECT {}, devfile FROM workspaces WHERE agent_id = $1 AND name = $2", *SELECT_COLUMNS);
+        let row = sqlx::query(&sql).bind(agent_id).bind(name).fetch_optional(&self.pool).await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some((workspace_from_row(&row)?, row.try_get::<Option<String>, _>("devfile")?)))
     }
 
     pub async fn workspaces(&self, agent_id: &str) -> StoreResult<Vec<Workspace>> {

@@ -48,6 +48,43 @@ fn the_kubelets_back_off_states_count_and_its_first_attempts_do_not() {
     assert!(config.unwrap().failure.message.ends_with("could not be created: secret \"x\" not found"));
 }
 
+/// A project that cannot be cloned: the cloner's Git error, kept by FallbackToLogsOnError,
+/// is in the report; and a postStart hook's failing output, in both states the kubelet shows.
+#[test]
+fn what_a_failing_container_said_is_reported_by_its_end() {
+    let mut status = waiting("CrashLoopBackOff", "back-off 10s restarting failed container");
+    let container = &mut status.container_statuses.as_mut().unwrap()[0];
+    container.name = "gl-project-cloner".into();
+    let said = format!(
+        "Cloning into '/projects/app.cloning'...\n{}fatal: remote error: \n  no such repository: /app.git",
+        "x".repeat(2000)
+    );
+    container.last_state.as_mut().unwrap().terminated.as_mut().unwrap().message = Some(said);
+    container.last_state.as_mut().unwrap().terminated.as_mut().unwrap().reason = Some("Error".into());
+    container.last_state.as_mut().unwrap().terminated.as_mut().unwrap().exit_code = 128;
+    status.init_container_statuses = status.container_statuses.take();
+    let failure = from_pod(key(), &status, SignedDuration::ZERO).unwrap().failure;
+    assert!(
+        failure
+            .message
+            .starts_with("CrashLoop: container \"gl-project-cloner\" Error (exit 128), restarted 4 times: …"),
+        "{}",
+        failure.message
+    );
+    assert!(failure.message.ends_with("no such repository: /app.git"), "{}", failure.message);
+    assert!(failure.message.len() < 1024);
+
+    let reason = "PostStartHookError: command '/bin/sh /workspace-scripts/main/gl-run-poststart-commands.sh' exited with 1: postStart command greet failed (exit 3); its output ends:\nno space left\n";
+    let failure = from_pod(key(), &waiting(reason, "Exec lifecycle hook ([/bin/sh ...]) failed"), SignedDuration::ZERO)
+        .unwrap()
+        .failure;
+    assert_eq!(failure.reason, FailureReason::PostStartHook);
+    assert_eq!(
+        &*failure.message,
+        "PostStartHook: container \"workspace\"'s postStart hook exited with 1: postStart command greet failed (exit 3); its output ends:\nno space left"
+    );
+}
+
 #[test]
 fn an_unschedulable_pod_counts_after_its_grace() {
     let since = Timestamp::from_second(1_000).unwrap();

@@ -40,7 +40,8 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
         .collect();
     let post_start = post_start_commands(devfile);
     let mut parts = PodParts::default();
-    let mut mounts_projects = !devfile.projects.is_empty();
+    let containers = devfile.components.iter().filter_map(|c| c.container.as_ref());
+    let mounts_projects = !devfile.projects.is_empty() || containers.clone().any(|c| c.mount_sources != Some(false));
     for component in &devfile.components {
         let Some(container) = &component.container else { continue };
         if applied.contains(&component.name.as_str()) {
@@ -48,7 +49,6 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
         }
         let is_main = main == Some(component.name.as_str());
         let mut built = container_of(component, container, &source, config);
-        mounts_projects |= container.mount_sources != Some(false);
         if component.overrides_command(is_main) {
             built["command"] = json!(KEEP_ALIVE[..2]);
             built["args"] = json!(KEEP_ALIVE[2..]);
@@ -73,7 +73,10 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
         }
         parts.containers.push(built);
     }
-    if let Some(cloner) = project_cloner(devfile) {
+    if let Some(mut cloner) = project_cloner(devfile) {
+        if let Some(resources) = config.container_resources(None) {
+            cloner["resources"] = resources;
+        }
         parts.init_containers.push(cloner);
     }
     for (index, id) in devfile.events.pre_start.iter().enumerate() {
@@ -81,14 +84,17 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
         let Some(component) = devfile.component(&apply.component) else { continue };
         let Some(container) = &component.container else { continue };
         let mut built = container_of(component, container, &source, config);
-        let stem: String = format!("{}-{id}", component.name).chars().take(55).collect();
-        built["name"] = Value::from(format!("{stem}-{}", index.saturating_add(1)));
+        built["name"] = Value::from(Devfile::init_container_name(&component.name, id, index));
         parts.init_containers.push(built);
     }
     for component in &devfile.components {
         let Some(volume) = &component.volume else { continue };
         if volume.ephemeral == Some(true) {
-            parts.volumes.push(json!({ "name": component.name, "emptyDir": {} }));
+            let empty_dir = match &volume.size {
+                Some(size) => json!({ "sizeLimit": size }),
+                None => json!({}),
+            };
+            parts.volumes.push(json!({ "name": component.name, "emptyDir": empty_dir }));
         } else {
             let claim = format!("{name}-{}", component.name);
             parts.volumes.push(json!({ "name": component.name, "persistentVolumeClaim": { "claimName": claim } }));
@@ -110,6 +116,30 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
         parts.scripts = Some((configmap, data));
     }
     parts
+}
+
+/// What the agent's settings make of a devfile that Kubernetes would refuse: a request the
+/// devfile sets above a limit the agent's defaults set (or the other way round).
+pub fn refused_with(devfile: &Devfile, config: &AgentConfig) -> Vec<String> {
+    use crate::control_plane::decisions::devfile::kubernetes_values::quantity;
+    let mut refused = Vec::new();
+    for component in &devfile.components {
+        let Some(container) = &component.container else { continue };
+        let Some(resources) = resources(container, config) else { continue };
+        for kind in ["cpu", "memory"] {
+            let amount = |scope: &str| resources[scope][kind].as_str().and_then(quantity);
+            if let (Some(request), Some(limit)) = (amount("requests"), amount("limits"))
+                && request > limit
+            {
+                refused.push(format!(
+                    "component '{}': its {kind} request {} is above its {kind} limit {} (the agent's default fills \
+                     what the devfile leaves out): set both",
+                    component.name, resources["requests"][kind], resources["limits"][kind]
+                ));
+            }
+        }
+    }
+    refused
 }
 
 /// `$PROJECT_SOURCE`: the first project's checkout, else the projects' root.
@@ -216,7 +246,10 @@ fn project_cloner(devfile: &Devfile) -> Option<Value> {
 pub const DEFAULT_PROJECT_CLONER_IMAGE: &str = "docker.io/alpine/git:2.47.2";
 
 /// Clones each (directory, remote, revision) triple it is given that is not cloned yet.
+/// A clone is made in `/projects/.gl-cloning` (a `.gl-` directory no project may use) and moved
+/// into place whole, so that a clone cut short is never taken for a checkout.
 const CLONE_SCRIPT: &str = r#"set -u
+staging=/projects/.gl-cloning
 while [ "$#" -ge 3 ]; do
   dir="$1" remote="$2" revision="$3"
   shift 3
@@ -228,13 +261,13 @@ while [ "$#" -ge 3 ]; do
     echo "$dir is there and is not a Git checkout; move it away to clone $remote" >&2
     exit 1
   fi
-  mkdir -p "$(dirname "$dir")" && rm -rf "$dir.cloning" || exit 1
+  mkdir -p "$(dirname "$dir")" && rm -rf "$staging" || exit 1
   if [ -n "$revision" ]; then
-    git clone --branch "$revision" -- "$remote" "$dir.cloning" || exit 1
+    git clone --branch "$revision" -- "$remote" "$staging" || exit 1
   else
-    git clone -- "$remote" "$dir.cloning" || exit 1
+    git clone -- "$remote" "$staging" || exit 1
   fi
-  mv "$dir.cloning" "$dir" || exit 1
+  mv "$staging" "$dir" || exit 1
 done
 "#;
 

@@ -2,7 +2,7 @@
 //! types, the attributes and container properties that would let a devfile set what the
 //! agent's Pod policy refuses, the endpoints, and the one main component.
 
-use super::findings::{Found, MAIN_COMPONENT_ATTRIBUTE, Pass, shown, truthy};
+use super::findings::{Found, MAIN_COMPONENT_ATTRIBUTE, Pass, quoted_name, shown, truthy};
 use serde_json::{Map, Value};
 
 const MAX_VOLUME_NAME: usize = 28;
@@ -156,7 +156,8 @@ fn containers(components: &[(usize, &Map<String, Value>)], pass: Pass, found: &m
 /// No endpoint name with the reserved prefix.
 pub fn endpoints(components: &[(usize, &Map<String, Value>)], found: &mut Found) {
     for &(index, component) in components {
-        let name = shown(component.get("name"));
+        // Quoted once per endpoint: cut, so that many endpoints cannot multiply a long name.
+        let name = quoted_name(&shown(component.get("name")));
         let at = format!("components[{index}].container.endpoints");
         let listed = match component.get("container").and_then(|c| c.get("endpoints")) {
             None | Some(Value::Null) => continue,

@@ -27,13 +27,32 @@ pub enum Pass {
     Flattened,
 }
 
-/// The violations found so far, in order.
+/// The violations found so far, in order, at most [`MAX_VIOLATIONS`]; and how many more.
 #[derive(Default)]
-pub struct Found(pub Vec<Violation>);
+pub struct Found(pub Vec<Violation>, usize);
+
+/// A refusal names this many faults at most, each in at most [`MAX_MESSAGE_BYTES`]: a hostile
+/// devfile's refusal is no larger than a friendly one's.
+pub const MAX_VIOLATIONS: usize = 100;
+pub const MAX_MESSAGE_BYTES: usize = 400;
 
 impl Found {
     pub fn add(&mut self, path: &str, message: String) {
-        self.0.push(Violation { path: path.to_string(), message });
+        if self.0.len() >= MAX_VIOLATIONS {
+            self.1 = self.1.saturating_add(1);
+            return;
+        }
+        let path = crate::protocol::cap_message_to(path, MAX_MESSAGE_BYTES);
+        self.0.push(Violation { path, message: crate::protocol::cap_message_to(&message, MAX_MESSAGE_BYTES) });
+    }
+
+    /// What was found, with a last line for what was left out.
+    pub fn into_violations(mut self) -> Vec<Violation> {
+        if self.1 > 0 {
+            let message = format!("and {} more faults, not listed", self.1);
+            self.0.push(Violation { path: "(devfile)".into(), message });
+        }
+        self.0
     }
 
     /// `what` starting with the reserved prefix, in any case: GitLab's message for it.
@@ -70,6 +89,11 @@ pub fn present(value: Option<&Value>) -> bool {
 }
 
 /// A value in a message, as GitLab interpolates it.
+/// A name as a message quotes it, cut where it would run long.
+pub fn quoted_name(name: &str) -> String {
+    crate::protocol::cap_message_to(name, 100)
+}
+
 pub fn shown(value: Option<&Value>) -> String {
     match value {
         Some(Value::String(text)) => text.clone(),

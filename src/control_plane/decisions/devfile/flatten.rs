@@ -4,14 +4,20 @@
 
 use serde_json::{Map, Value, json};
 
-/// The devfile as GitLab's second restrictions pass and wsync's builder see it.
-pub fn flatten(devfile: &Value) -> Value {
+/// How many bytes the variables may add to a devfile, all uses together: a devfile that uses
+/// a long variable thousands of times is refused, not grown.
+pub const MAX_SUBSTITUTED_BYTES: usize = 512 * 1024;
+
+/// The devfile as GitLab's second restrictions pass and wsync's builder see it; Err when its
+/// variables would grow it past [`MAX_SUBSTITUTED_BYTES`].
+pub fn flatten(devfile: &Value) -> Result<Value, String> {
     let mut flat = devfile.clone();
     let variables = devfile.get("variables").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut budget = MAX_SUBSTITUTED_BYTES;
     if let Some(root) = flat.as_object_mut() {
         for (key, value) in root.iter_mut() {
             if key != "variables" {
-                substitute(value, &variables);
+                substitute(value, &variables, &mut budget)?;
             }
         }
         for (key, empty) in [("components", json!([])), ("commands", json!([])), ("variables", json!({}))] {
@@ -39,7 +45,7 @@ pub fn flatten(devfile: &Value) -> Value {
             default(exec, "hotReloadCapable", false);
         }
     }
-    flat
+    Ok(flat)
 }
 
 fn items<'a>(devfile: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -52,38 +58,40 @@ fn default(object: &mut Map<String, Value>, key: &str, value: bool) {
 
 /// Every string below `value`, with each `{{name}}` a variable names replaced; an unknown
 /// name is left as written, as the library leaves it (with a warning GitLab drops).
-fn substitute(value: &mut Value, variables: &Map<String, Value>) {
+fn substitute(value: &mut Value, variables: &Map<String, Value>, budget: &mut usize) -> Result<(), String> {
     match value {
-        Value::String(text) if text.contains("{{") => *text = replaced(text, variables),
-        Value::Array(items) => items.iter_mut().for_each(|item| substitute(item, variables)),
-        Value::Object(fields) => fields.values_mut().for_each(|field| substitute(field, variables)),
+        Value::String(text) if text.contains("{{") => *text = replaced(text, variables, budget)?,
+        Value::Array(items) => items.iter_mut().try_for_each(|item| substitute(item, variables, budget))?,
+        Value::Object(fields) => fields.values_mut().try_for_each(|field| substitute(field, variables, budget))?,
         _ => {}
     }
+    Ok(())
 }
 
-fn replaced(text: &str, variables: &Map<String, Value>) -> String {
+fn replaced(text: &str, variables: &Map<String, Value>, budget: &mut usize) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("{{") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        match after.find("}}") {
-            Some(end) => {
-                let name = after[..end].trim();
-                match variables.get(name).and_then(Value::as_str) {
-                    Some(value) => out.push_str(value),
-                    None => out.push_str(&rest[start..start + 2 + end + 2]),
-                }
-                rest = &after[end + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = after[..end].trim();
+        match variables.get(name).and_then(Value::as_str) {
+            Some(value) => {
+                *budget = budget.checked_sub(value.len()).ok_or_else(|| {
+                    format!("its variables would add more than {MAX_SUBSTITUTED_BYTES} bytes where they are used")
+                })?;
+                out.push_str(value);
             }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
+            None => out.push_str(&rest[start..start + 2 + end + 2]),
         }
+        rest = &after[end + 2..];
     }
     out.push_str(rest);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -100,7 +108,7 @@ mod tests {
                 "env": [{"name": "HOME", "value": "{{ home }}/{{unknown}}/{{"}]}}],
             "commands": [{"id": "run", "exec": {"component": "main", "commandLine": "echo {{tag}}"}}]
         });
-        let flat = flatten(&devfile);
+        let flat = flatten(&devfile).unwrap();
         let container = &flat["components"][0]["container"];
         assert_eq!(container["image"], "registry.example.com/tools:1.2");
         assert_eq!(container["env"][0]["value"], "/h/{{unknown}}/{{");
@@ -113,9 +121,19 @@ mod tests {
     }
 
     #[test]
+    fn variables_cannot_grow_a_devfile_without_bound() {
+        let uses = "{{v}}".repeat(30_000);
+        let devfile = json!({"variables": {"v": "x".repeat(100)}, "metadata": {"description": uses}});
+        let refused = flatten(&devfile).unwrap_err();
+        assert!(refused.contains("more than 524288 bytes"), "{refused}");
+        let devfile = json!({"variables": {"v": "x".repeat(10)}, "metadata": {"description": "{{v}}".repeat(1_000)}});
+        assert_eq!(flatten(&devfile).unwrap()["metadata"]["description"].as_str().map(str::len), Some(10_000));
+    }
+
+    #[test]
     fn what_is_written_is_kept() {
         let devfile = json!({"schemaVersion": "2.2.0", "components": [{"name": "m", "container": {"image": "x", "mountSources": false}}], "events": {"postStart": ["a"]}});
-        let flat = flatten(&devfile);
+        let flat = flatten(&devfile).unwrap();
         assert_eq!(flat["components"][0]["container"]["mountSources"], false);
         assert_eq!(flat["events"], json!({"preStart": [], "postStart": ["a"]}));
     }

@@ -3,13 +3,15 @@
 //! used twice, references to what is not there, endpoints the tunnel cannot serve, and
 //! project remotes that are not a network Git remote. Each at its path, all of them at once.
 
-use super::findings::Found;
+use super::findings::{Found, starts_in_any_case};
 use super::model::{Container, Devfile, Project};
 use crate::names::is_env_name;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The environment variables the builder sets where the projects are mounted.
 pub const RESERVED_ENV: [&str; 2] = ["PROJECTS_ROOT", "PROJECT_SOURCE"];
+/// Where the builder mounts the projects and the postStart scripts.
+const RESERVED_MOUNTS: [&str; 2] = ["/projects", "/workspace-scripts"];
 
 /// Every refusal for a devfile that has passed the schema and been flattened.
 pub fn check(devfile: &Devfile, found: &mut Found) {
@@ -33,6 +35,12 @@ pub fn check(devfile: &Devfile, found: &mut Found) {
             container_values(container, &format!("{at}.container"), &volumes, &component.name, found);
             for (e, endpoint) in container.endpoints.iter().enumerate() {
                 let path = format!("{at}.container.endpoints[{e}]");
+                if !endpoint.name.contains(|c: char| c.is_ascii_lowercase()) || endpoint.name.contains("--") {
+                    found.add(
+                        &format!("{path}.name"),
+                        format!("'{}' is not a port name: it needs a letter, and no '--'", endpoint.name),
+                    );
+                }
                 if let Some(first) = endpoint_names.insert(endpoint.name.as_str(), path.clone()) {
                     found.add(
                         &format!("{path}.name"),
@@ -119,9 +127,19 @@ fn container_values(container: &Container, at: &str, volumes: &BTreeSet<&str>, c
             found.add(&format!("{path}.name"), format!("no volume component is named '{}'", mount.name));
         }
         let mount_path = mount.path.clone().unwrap_or_else(|| format!("/{}", mount.name));
-        if !mount_path.starts_with('/') || mount_path.chars().any(char::is_control) {
-            found.add(&format!("{path}.path"), format!("'{mount_path}' is not an absolute path"));
-        } else if !paths.insert(mount_path.trim_end_matches('/').to_string()) {
+        let clean = mount_path.starts_with('/')
+            && mount_path.len() > 1
+            && mount_path[1..].split('/').all(|part| !matches!(part, "" | "." | ".."))
+            && !mount_path.chars().any(char::is_control);
+        if !clean {
+            found.add(
+                &format!("{path}.path"),
+                format!("'{mount_path}' is not an absolute path without '.', '..' or '//'"),
+            );
+        } else if RESERVED_MOUNTS.contains(&mount_path.as_str()) {
+            found
+                .add(&format!("{path}.path"), format!("'{mount_path}' is where the workspace's own volume is mounted"));
+        } else if !paths.insert(mount_path.clone()) {
             found.add(&format!("{path}.path"), format!("'{mount_path}' is mounted twice"));
         }
     }
@@ -149,7 +167,48 @@ fn commands(devfile: &Devfile, found: &mut Found) {
             found.add(&format!("{at}.exec.commandLine"), "an exec command needs a commandLine".into());
         }
     }
+    let applied: BTreeSet<&str> = devfile
+        .events
+        .pre_start
+        .iter()
+        .filter_map(|id| Some(devfile.command(id)?.apply.as_ref()?.component.as_str()))
+        .collect();
+    if let Some(main) = devfile.main_component().filter(|main| applied.contains(main.name.as_str())) {
+        found.add(
+            "events.preStart",
+            format!(
+                "the main component '{}' runs as a preStart init container: it must run as the workspace",
+                main.name
+            ),
+        );
+    }
+    for (kind, listed) in [("preStart", &devfile.events.pre_start), ("postStart", &devfile.events.post_start)] {
+        let mut seen = BTreeSet::new();
+        for (index, id) in listed.iter().enumerate() {
+            if !seen.insert(id.as_str()) {
+                found.add(&format!("events.{kind}[{index}]"), format!("'{id}' is listed twice"));
+            }
+        }
+    }
+    for (index, id) in devfile.events.post_start.iter().enumerate() {
+        let component = devfile.command(id).and_then(|c| c.exec.as_ref()).map(|exec| exec.component.as_str());
+        if let Some(component) = component.filter(|c| applied.contains(c)) {
+            found.add(
+                &format!("events.postStart[{index}]"),
+                format!("'{id}' runs in '{component}', which runs only as a preStart init container"),
+            );
+        }
+    }
     for (index, id) in devfile.events.pre_start.iter().enumerate() {
+        if let Some(apply) = devfile.command(id).and_then(|c| c.apply.as_ref()) {
+            let name = Devfile::init_container_name(&apply.component, id, index);
+            if devfile.component(&name).is_some() {
+                found.add(
+                    &format!("events.preStart[{index}]"),
+                    format!("its init container '{name}' has a component's name"),
+                );
+            }
+        }
         if devfile.command(id).is_none_or(|command| command.apply.is_none() || command.exec.is_some()) {
             found.add(
                 &format!("events.preStart[{index}]"),
@@ -165,7 +224,7 @@ fn projects(projects: &[Project], found: &mut Found) {
         let at = format!("projects[{index}]");
         let directory = project.directory();
         let relative = !directory.starts_with('/')
-            && directory.split('/').all(|part| !matches!(part, ".." | "."))
+            && directory.split('/').all(|part| !matches!(part, ".." | ".") && !starts_in_any_case(part, ".gl-"))
             && !directory.chars().any(char::is_control);
         if !relative {
             found.add(

@@ -175,6 +175,13 @@ impl Devfile {
             .collect()
     }
 
+    /// The init container a preStart apply command becomes: GitLab's (devfile/library's)
+    /// `<component>-<command>`, cut to 55, and its place in the preStart list.
+    pub fn init_container_name(component: &str, command: &str, index: usize) -> String {
+        let stem: String = format!("{component}-{command}").chars().take(55).collect();
+        format!("{stem}-{}", index.saturating_add(1))
+    }
+
     pub fn component(&self, name: &str) -> Option<&Component> {
         self.components.iter().find(|c| c.name == name)
     }

@@ -30,7 +30,7 @@ pub fn violations(devfile: &Value) -> Vec<Violation> {
         let path = devfile_path(error.instance_path().segments());
         found.add(&path, message(error.kind(), error.instance()));
     }
-    found.0
+    found.into_violations()
 }
 
 /// `components[0].container.endpoints[1].targetPort`, as the restrictions write paths.

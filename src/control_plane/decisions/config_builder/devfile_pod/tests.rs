@@ -180,3 +180,25 @@ fn a_one_container_devfile_has_no_service_without_endpoints_and_no_scripts_witho
     assert_eq!(pod["volumes"], json!([]));
     assert!(pod.get("initContainers").is_none());
 }
+
+#[test]
+fn what_cannot_be_built_under_the_agents_settings_is_refused_before_it_is_stored() {
+    let mut config = AgentConfig::before_settings();
+    config.default_resources_per_workspace_container.limits.insert("memory".into(), "256Mi".into());
+    let devfile = "schemaVersion: 2.2.0\ncomponents:\n- {name: m, container: {image: x, memoryRequest: 1Gi}}\n";
+    let refused = super::super::refused_devfile(&workspace_from(devfile, config), "agent.gitlab.com/id");
+    assert_eq!(
+        refused,
+        [
+            "component 'm': its memory request \"1Gi\" is above its memory limit \"256Mi\" (the agent's default fills what \
+          the devfile leaves out): set both"
+        ]
+    );
+    let mut workspace = workspace_from(EXAMPLE, AgentConfig::before_settings());
+    assert_eq!(super::super::refused_devfile(&workspace, "agent.gitlab.com/id"), Vec::<String>::new());
+    let mut devfile = (**workspace.devfile.as_ref().unwrap()).clone();
+    devfile.components[0].container.as_mut().unwrap().env[0].value = "x".repeat(1024 * 1024);
+    workspace.devfile = Some(Arc::new(devfile));
+    let refused = super::super::refused_devfile(&workspace, "agent.gitlab.com/id");
+    assert!(refused.len() == 1 && refused[0].contains("an agent takes at most 1048576"), "{refused:?}");
+}

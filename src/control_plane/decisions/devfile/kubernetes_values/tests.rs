@@ -106,3 +106,71 @@ fn network_remotes_only() {
         assert!(!is_network_remote(bad), "{bad}");
     }
 }
+
+#[test]
+fn the_main_container_is_never_only_an_init_container() {
+    let devfile = format!(
+        "{HEAD}components:\n- name: c\n  container: {{image: x}}\n- name: d\n  container: {{image: y}}\ncommands:\n- {{id: once, apply: {{component: c}}}}\nevents:\n  preStart: [once]\n"
+    );
+    assert_eq!(
+        refused(&devfile),
+        ["events.preStart: the main component 'c' runs as a preStart init container: it must run as the workspace"]
+    );
+}
+
+/// What the apiserver would refuse of the Pod the builder makes: mounts over the workspace's
+/// own, port names it does not take, an event listed twice (a duplicate projected path), a
+/// postStart in a container that never runs, an init container named as a component.
+#[test]
+fn what_the_built_pod_would_collide_on_is_refused() {
+    let devfile = format!(
+        "{HEAD}components:
+- name: main
+  container:
+    image: x
+    volumeMounts: [{{name: projects}}, {{name: cache, path: /workspace-scripts}}, {{name: cache, path: /a/../b}}]
+    endpoints: [{{name: '8080', targetPort: 8080}}, {{name: a--b, targetPort: 8081}}]
+- {{name: projects, volume: {{}}}}
+- {{name: cache, volume: {{}}}}
+- name: once
+  container: {{image: y}}
+- name: once-setup-1
+  container: {{image: y}}
+commands:
+- {{id: setup, apply: {{component: once}}}}
+- {{id: hi, exec: {{component: once, commandLine: echo}}}}
+- {{id: ok, exec: {{component: main, commandLine: echo}}}}
+events:
+  preStart: [setup]
+  postStart: [hi, ok, ok]
+projects:
+- {{name: p, clonePath: .gl-cloning, git: {{remotes: {{o: https://example.com/p.git}}}}}}
+"
+    );
+    let found = refused(&devfile);
+    for expected in [
+        "components[0].container.volumeMounts[0].path: '/projects' is where the workspace's own volume is mounted",
+        "components[0].container.volumeMounts[1].path: '/workspace-scripts' is where the workspace's own volume is mounted",
+        "components[0].container.volumeMounts[2].path: '/a/../b' is not an absolute path",
+        "components[0].container.endpoints[0].name: '8080' is not a port name",
+        "components[0].container.endpoints[1].name: 'a--b' is not a port name",
+        "events.postStart[2]: 'ok' is listed twice",
+        "events.postStart[0]: 'hi' runs in 'once', which runs only as a preStart init container",
+        "events.preStart[0]: its init container 'once-setup-1' has a component's name",
+        "projects[0].clonePath: '.gl-cloning' must be a relative path below /projects",
+    ] {
+        assert!(found.iter().any(|f| f.starts_with(expected)), "{expected}\n{found:#?}");
+    }
+    assert_eq!(found.len(), 9, "{found:#?}");
+}
+
+#[test]
+fn a_hostile_devfiles_refusal_is_no_larger_than_a_friendly_ones() {
+    let name = "a".repeat(60_000);
+    let endpoints = "{name: gl-x}, ".repeat(10_000);
+    let devfile = format!("{HEAD}components:\n- name: {name}\n  container: {{image: x, endpoints: [{endpoints}]}}\n");
+    let refusal = accept(devfile.as_bytes()).expect_err("refused");
+    assert_eq!(refusal.violations.len(), 101, "100 and a line for the rest");
+    assert!(refusal.to_string().len() < 64 * 1024, "{}", refusal.to_string().len());
+    assert!(refusal.violations[100].message.contains("more faults"), "{:?}", refusal.violations[100]);
+}
