@@ -11,6 +11,7 @@
 #                              localhost/wsync:dev) and import it
 #   hack/local-node.sh workspace-image  build and import localhost/workspace:3, a workspace to
 #                              open: a page, /big (32 MiB) and a WebSocket echo on 8080, sshd on 60022
+#   hack/local-node.sh git-image  build and import localhost/git:1, the devfile projects' cloner
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
 # localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
@@ -255,6 +256,24 @@ START
   log "imported localhost/workspace:3"
 }
 
+# The devfile projects' cloner (#40), for the tests and the demo: Debian's git and busybox's
+# tools, as user 65532 (the control plane's --project-cloner-image).
+git_image() {
+  local dir files=()
+  [ -x /usr/bin/git ] || apt_install git
+  dir=$(mktemp -d)
+  # shellcheck disable=SC2064 # the directory is known now
+  trap "rm -rf '$dir'" EXIT
+  printf 'root:x:0:0:root:/root:/bin/sh\ngit::65532:65532:git:/tmp:/bin/sh\n' >"$dir/passwd"
+  files+=("--file=/bin/busybox:bin/busybox" "--file=/usr/bin/git:usr/bin/git" "--file=/usr/bin/git:usr/lib/git-core/git"
+    "--file=$dir/passwd:etc/passwd:0644")
+  mapfile -t -O "${#files[@]}" files < <(library_files /usr/bin/git)
+  mapfile -t -O "${#files[@]}" files < <(busybox_links)
+  python3 hack/mkimage.py "$dir/git.tar" localhost/git:1 "${files[@]}" --cmd '["git", "--version"]' --user 65532:65532
+  import_image "$dir/git.tar"
+  log "imported localhost/git:1"
+}
+
 # mkimage.py's --file for each shared library the binaries link, once each.
 library_files() {
   local binary lib
@@ -387,6 +406,7 @@ case "${1:-}" in
   allowed) refused=$(refusal); [ -z "$refused" ] || { log "$refused"; exit 1; } ;;
   image) wsync_image "${2:-}" "${3:-}" ;;
   workspace-image) workspace_image ;;
+  git-image) git_image ;;
   import) import_image "${2:?an image tarball}" ;;
   *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod devfiles;
 mod in_cluster;
 mod lifecycle;
 mod opening;

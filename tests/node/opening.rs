@@ -26,7 +26,7 @@ pub fn openable_image() {
 
 /// `wsync <args>` as whoever holds `token`.
 /// `wsync <args>` as whoever holds `token`, against `node`'s control plane and agent.
-fn wsync_as(node: &Node, token: &str, args: &[&str]) -> Command {
+pub(crate) fn wsync_as(node: &Node, token: &str, args: &[&str]) -> Command {
     wsync_at(&node.control_plane.url, &node.id, token, args)
 }
 
@@ -145,10 +145,15 @@ async fn its_owner_opens_a_real_pods_port_through_the_agents_tunnel_and_no_one_e
 
 /// What `wsync workspaces ssh web -l workspace -- REMOTE` prints, `stdin` its input.
 fn ssh_as(node: &Node, token: &str, remote: &str, stdin: &[u8]) -> String {
+    ssh_to(node, token, "web", remote, stdin)
+}
+
+/// What `wsync workspaces ssh WORKSPACE -l workspace -- REMOTE` prints, `stdin` its input.
+pub(crate) fn ssh_to(node: &Node, token: &str, workspace: &str, remote: &str, stdin: &[u8]) -> String {
     // No one's ssh config, no prompt, and a session that stops answering ends.
     let options = ["-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"];
     let lively = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=5"];
-    let mut args = vec!["workspaces", "ssh", "web", "-l", "workspace", "--"];
+    let mut args = vec!["workspaces", "ssh", workspace, "-l", "workspace", "--"];
     args.extend(options.iter().chain(&lively));
     args.extend(["-o", "LogLevel=error", remote]);
     let out = with_input(&mut wsync_as(node, token, &args), stdin);

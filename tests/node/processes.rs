@@ -11,7 +11,6 @@ use crate::support::workspace_streams::through_stdio;
 use crate::support::*;
 use crate::*;
 use serde_json::Value;
-use std::process::Command;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_workspace_opens_again_after_the_process_holding_its_tunnel_is_killed() {
