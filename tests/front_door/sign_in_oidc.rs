@@ -110,7 +110,8 @@ async fn two_users_and_an_admin_sign_in_through_a_real_provider_and_each_reaches
     assert!(!bob.text().contains("alice-ide"), "{}", bob.text());
     bob.act(
         "const form = document.querySelector('form[action=\"/workspaces\"]'); \
-         form.action = '/agents/a1/workspaces/alice-ide/terminate'; form.submit()",
+         form.action = '/agents/a1/workspaces/alice-ide/terminate'; \
+         form.enctype = 'application/x-www-form-urlencoded'; form.submit()",
     );
     assert!(
         bob.text().contains("no workspace \\\"alice-ide\\\""),

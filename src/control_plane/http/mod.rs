@@ -11,6 +11,7 @@ pub mod front_door;
 pub mod metrics;
 pub mod page;
 pub mod page_people;
+mod page_workspaces;
 pub mod people_api;
 pub mod server;
 pub mod sign_in_limits;
@@ -55,6 +56,7 @@ pub fn router(state: Arc<AppState>, body_timeout: std::time::Duration) -> Router
         .merge(management)
         .merge(page::router(state.clone()))
         .merge(page_people::router(state.clone()))
+        .merge(page_workspaces::router(state.clone()))
         .merge(sign_in_oidc::router(state.clone()))
         .merge(workspace_sign_in::router(state.clone()))
         // Every body but a reconcile's (read by hand, after its token) is small.

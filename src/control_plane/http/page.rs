@@ -3,13 +3,13 @@
 //! the forms behind the buttons, each with the session's CSRF token. The front door
 //! ([`super::front_door`]) has judged every request.
 
-use super::actions::{self, set_desired, settle_orphan};
+use super::actions::{set_desired, settle_orphan};
 use super::callers::{Target, admins_only};
 use super::front_door::{SESSION_COOKIE, cookie_value, local_path, session_cookie};
 use super::state::{ApiError, AppState, PAGE, PageQuery, exists, front_door, not_found, unauthorized};
 use super::ui;
 use crate::control_plane::decisions::access::Caller;
-use crate::control_plane::model::{NewWorkspace, Session};
+use crate::control_plane::model::Session;
 use crate::control_plane::store::MAX_PAGE;
 use axum::Router;
 use axum::extract::{Form, FromRequestParts, Path, Query, State};
@@ -17,7 +17,6 @@ use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub type PageResult = Result<Response, ApiError>;
@@ -28,7 +27,6 @@ const PAGE_SIZE: usize = 100;
 pub fn router(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(home))
-        .route("/workspaces", post(create_workspace))
         .route("/sign-in", get(sign_in_form).post(sign_in))
         .route("/sign-out", post(sign_out))
         .route("/agents/{agent}", get(agent_page))
@@ -107,7 +105,7 @@ async fn home(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(quer
     Ok(Html(home_page(&state, &SignedIn(session), &query.after, None).await?).into_response())
 }
 
-async fn home_page(
+pub async fn home_page(
     state: &AppState,
     signed_in: &SignedIn,
     after: &str,
@@ -126,64 +124,6 @@ async fn home_page(
     };
     let view = ui::HomeView { nav: signed_in.nav(), mine: mine.as_deref(), more, agents: &agents, problem };
     Ok(ui::home_page(&view, state.store.now()))
-}
-
-#[derive(serde::Deserialize)]
-struct CreateForm {
-    #[serde(default)]
-    csrf: String,
-    agent: String,
-    name: String,
-    image: String,
-    #[serde(default)]
-    cpu: String,
-    #[serde(default)]
-    memory: String,
-    /// `KEY=VALUE` lines.
-    #[serde(default)]
-    env: String,
-}
-
-impl CreateForm {
-    fn new_workspace(&self) -> Result<NewWorkspace, ApiError> {
-        let mut env = BTreeMap::new();
-        for line in self.env.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| super::state::bad_request(format!("environment line {line:?}: use KEY=VALUE")))?;
-            env.insert(key.trim().to_string(), value.to_string());
-        }
-        let optional = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
-        Ok(NewWorkspace {
-            cpu: optional(&self.cpu),
-            memory: optional(&self.memory),
-            env,
-            ..NewWorkspace::new(self.name.trim(), self.image.trim())
-        })
-    }
-}
-
-/// The create form: the workspace is the signed-in user's. A refusal shows the page again
-/// with the reason.
-async fn create_workspace(
-    State(state): State<Arc<AppState>>,
-    signed_in: SignedIn,
-    extensions: Extensions,
-    Form(form): Form<CreateForm>,
-) -> PageResult {
-    signed_in.check(&form.csrf)?;
-    let created = async {
-        exists(&state, &form.agent).await?;
-        let new = form.new_workspace()?;
-        actions::create_workspace(&state, signed_in.caller(), state.client(&extensions), &form.agent, new).await
-    }
-    .await;
-    match created {
-        Ok(_) => Ok(Redirect::to(&state.link("/")).into_response()),
-        Err(ApiError(status, problem)) => {
-            Ok((status, Html(home_page(&state, &signed_in, "", Some(&problem)).await?)).into_response())
-        }
-    }
 }
 
 #[derive(serde::Deserialize, Default)]

@@ -162,19 +162,23 @@ pub fn home_page(view: &HomeView<'_>, now: i64) -> String {
     document("wsync: my workspaces", false, &body)
 }
 
-/// The form that creates a workspace: agent, name, image, resources, environment.
+/// The form that creates a workspace: agent, name, and an image (with resources) or a devfile,
+/// pasted or uploaded; environment.
 fn create_form(agents: &[String], csrf: &str) -> String {
     if agents.is_empty() {
         return "<p>No agent is registered yet: an admin registers one first.</p>".into();
     }
     let options: String = agents.iter().map(|a| format!("<option value=\"{0}\">{0}</option>", escape(a))).collect();
     format!(
-        "<h2>Create a workspace</h2><form method=\"post\" action=\"/workspaces\" class=\"create\">{}\
+        "<h2>Create a workspace</h2><form method=\"post\" action=\"/workspaces\" class=\"create\" \
+         enctype=\"multipart/form-data\">{}\
          <label>Agent <select name=\"agent\">{options}</select></label> \
-         <label>Name <input name=\"name\" required pattern=\"[a-z0-9]([-a-z0-9]*[a-z0-9])?\" maxlength=\"40\"></label> \
-         <label>Image <input name=\"image\" required></label> \
+         <label>Name <input name=\"name\" required pattern=\"[a-z0-9]([-a-z0-9]*[a-z0-9])?\" maxlength=\"40\"></label><br>\
+         <label>Image <input name=\"image\"></label> \
          <label>CPU <input name=\"cpu\" placeholder=\"500m\" size=\"6\"></label> \
          <label>Memory <input name=\"memory\" placeholder=\"1Gi\" size=\"6\"></label><br>\
+         or a devfile (2.2.0): <label>upload <input type=\"file\" name=\"devfile_file\" accept=\".yaml,.yml,.json\"></label> \
+         <label>or paste<br><textarea name=\"devfile\" rows=\"6\" cols=\"60\" placeholder=\"schemaVersion: 2.2.0\"></textarea></label><br>\
          <label>Environment, one <code>KEY=VALUE</code> a line<br><textarea name=\"env\" rows=\"3\" cols=\"60\"></textarea></label><br>\
          <button type=\"submit\">Create</button></form>",
         csrf_field(csrf)
@@ -309,13 +313,44 @@ fn endpoints(w: &Workspace, now: i64) -> String {
                 let command = format!("wsync workspaces --agent {} ssh {}", w.agent_id, w.name);
                 let _ = write!(line, "SSH: <code>{}</code> · ", escape(&command));
             }
-            None => {}
+            None => {
+                let command =
+                    format!("wsync workspaces --agent {} port-forward {} {}", w.agent_id, w.name, endpoint.port);
+                let _ = write!(line, "{}: <code>{}</code> · ", escape(&endpoint.name), escape(&command));
+            }
         }
     }
-    if line.is_empty() {
-        return String::new();
-    }
+    let devfile = format!("/agents/{}/workspaces/{}/devfile", url_part(&w.agent_id), url_part(&w.name));
+    let _ = write!(line, "<a href=\"{devfile}\">Devfile</a> · ");
     format!("<p class=\"endpoints\">{line}last used {}</p>", ago(now, w.last_activity_at))
+}
+
+/// A workspace's devfile as stored, every character escaped, below its components.
+pub fn devfile_page(nav: &Nav<'_>, w: &Workspace, devfile: &str) -> String {
+    let mut components = String::new();
+    for c in &w.components {
+        let _ = write!(
+            components,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&c.name),
+            escape(&c.kind),
+            escape(&c.detail)
+        );
+    }
+    let table = match components.is_empty() {
+        true => "<p>Created from an image: this is the devfile that image stands for.</p>".to_string(),
+        false => format!(
+            "<table><thead><tr><th>Component</th><th>Kind</th><th>Image or size</th></tr></thead><tbody>{components}</tbody></table>"
+        ),
+    };
+    let body = format!(
+        "{}<h1>Devfile of {} / {}</h1>{table}<pre id=\"devfile\">{}</pre><p><a href=\"/\">Back</a></p>",
+        header(nav),
+        escape(&w.agent_id),
+        escape(&w.name),
+        escape(devfile)
+    );
+    document(&format!("wsync: devfile of {}", w.name), false, &body)
 }
 
 pub fn agent_page(view: &AgentView<'_>, now: i64) -> String {

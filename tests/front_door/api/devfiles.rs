@@ -140,3 +140,85 @@ async fn the_agent_gets_the_pod_the_devfile_describes() {
         "/workspace-scripts/main/gl-run-poststart-commands.sh"
     );
 }
+
+/// A multipart body as a browser sends the create form: text fields, and a devfile file.
+fn multipart(fields: &[(&str, &str)], file: Option<&[u8]>) -> (String, Vec<u8>) {
+    let boundary = "----wsync-test-boundary";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").bytes(),
+        );
+    }
+    if let Some(file) = file {
+        body.extend(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"devfile_file\"; filename=\"devfile.yaml\"\r\n\
+                 Content-Type: application/yaml\r\n\r\n"
+            )
+            .bytes(),
+        );
+        body.extend(file);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[tokio::test]
+async fn the_page_creates_from_an_uploaded_or_pasted_devfile_and_shows_it_escaped() {
+    let server = serve().await;
+    agent(&server).await;
+    let (status, alice) =
+        server.send(Method::POST, "/api/v1/users", Some(ADMIN), Some(r#"{"username": "alice"}"#)).await;
+    assert_eq!(status, 201, "{alice}");
+    let signed_in = server
+        .http
+        .post(format!("{}/sign-in", server.url))
+        .header("origin", &server.url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}&next=%2F", alice["token"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let home = server.http.get(format!("{}/", server.url)).header("cookie", &cookie).send().await.unwrap();
+    let html = home.text().await.unwrap();
+    assert!(html.contains("enctype=\"multipart/form-data\"") && html.contains("name=\"devfile_file\""), "{html}");
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap().to_string();
+    let post = |content_type: String, body: Vec<u8>| {
+        server
+            .http
+            .post(format!("{}/workspaces", server.url))
+            .header("cookie", &cookie)
+            .header("origin", &server.url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let hostile = EXAMPLE.replace("hello from the devfile", "</pre><script>alert(1)</script>");
+    let (content_type, body) = multipart(&[("csrf", &csrf), ("agent", "d1"), ("name", "up")], Some(hostile.as_bytes()));
+    assert_eq!(post(content_type, body).await.unwrap().status().as_u16(), 303, "created from the upload");
+    let pasted = EXAMPLE.replace("targetPort: 8080", "targetPort: 99999");
+    let (content_type, body) =
+        multipart(&[("csrf", &csrf), ("agent", "d1"), ("name", "bad"), ("devfile", &pasted)], None);
+    let refused = post(content_type, body).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let html = refused.text().await.unwrap();
+    assert!(html.contains("components[0].container.endpoints[0].targetPort: 99999 is not a port"), "{html}");
+    let (content_type, body) = multipart(&[("csrf", &csrf), ("agent", "d1"), ("name", "bin")], Some(b"a: \xff\n"));
+    let refused = post(content_type, body).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    assert!(refused.text().await.unwrap().contains("not UTF-8 text (a byte at offset 3 is not)"));
+    let (content_type, body) =
+        multipart(&[("csrf", "forged"), ("agent", "d1"), ("name", "x")], Some(EXAMPLE.as_bytes()));
+    assert_eq!(post(content_type, body).await.unwrap().status().as_u16(), 403, "the CSRF token is checked");
+
+    let page = server.http.get(format!("{}/agents/d1/workspaces/up/devfile", server.url)).header("cookie", &cookie);
+    let html = page.send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+    assert!(!html.contains("<script>") && html.contains("<td>cache</td><td>volume</td><td>64Mi</td>"), "{html}");
+    let (status, body) = server.send(Method::GET, "/api/v1/agents/d1/workspaces", Some(ADMIN), None).await;
+    let names: Vec<&str> = body.as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!((status, names), (200, vec!["up"]), "only the accepted one is stored");
+}
