@@ -133,10 +133,11 @@ wait_for() {
   return 1
 }
 
-step "alice creates workspace alice, as herself"
-as_alice $wsync workspaces create alice --image "$image" --cpu 100m --memory 64Mi
+step "alice creates workspace alice from a devfile (examples/devfile.yaml), as herself"
+sed -n '/^schemaVersion/,$p' examples/devfile.yaml | sed 's/^/    /'
+as_alice $wsync workspaces create alice --devfile examples/devfile.yaml
 wait_for Running
-as_alice $wsync workspaces list
+as_alice $wsync workspaces get alice
 echo
 kubectl -n wsync-system get wss demo
 echo
@@ -153,7 +154,7 @@ if [ "$node" = 1 ]; then
   kill "$forward" 2>/dev/null || true
   step "alice runs a command in it over ssh: the workspace's own sshd, through the same tunnel"
   as_alice $wsync workspaces ssh alice -l workspace -- -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-    -o LogLevel=error 'echo "$USER on $(hostname): $(uname -sr)"'
+    -o LogLevel=error 'echo "$USER on $(hostname): $(uname -sr); the devfile'"'"'s postStart wrote: $(cat /cache/greeting)"'
   say "in a browser: $(as_alice $wsync workspaces get alice -o json | sed -n 's/.*"url": "\(http[^"]*\)".*/\1/p' | head -1)"
 fi
 

@@ -16,6 +16,9 @@ pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {
             FailureReason::CrashLoop if message.contains("OOMKilled") => {
                 "the workspace ran out of memory: raise its memory limit"
             }
+            FailureReason::CrashLoop if message.contains(": postStart command ") => {
+                "a devfile postStart command failed: fix the command (its output's end is above) and restart"
+            }
             FailureReason::CrashLoop if message.contains("\"gl-project-cloner\"") => {
                 "a devfile project could not be cloned: check its remote and revision, and that the cluster reaches it"
             }

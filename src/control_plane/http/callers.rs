@@ -118,7 +118,10 @@ pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
                     name: component.name.clone(),
                     kind: "volume".into(),
                     detail: match volume.as_ref() {
-                        Some(v) if v.ephemeral == Some(true) => "ephemeral".into(),
+                        Some(v) if v.ephemeral == Some(true) => match &v.size {
+                            Some(size) => format!("{size}, ephemeral"),
+                            None => "ephemeral".into(),
+                        },
                         Some(v) => v.size.clone().unwrap_or_else(|| "1Gi".into()),
                         None => String::new(),
                     },

@@ -25,7 +25,7 @@ async fn a_devfile_workspace_is_created_shown_and_its_devfile_given_back_as_writ
         body["components"],
         json!([
             {"name": "main", "kind": "container", "detail": "localhost/workspace:3"},
-            {"name": "cache", "kind": "volume", "detail": "64Mi"}
+            {"name": "cache", "kind": "volume", "detail": "64Mi, ephemeral"}
         ])
     );
     assert_eq!(
@@ -129,7 +129,10 @@ async fn the_agent_gets_the_pod_the_devfile_describes() {
         .iter()
         .map(|o| (o.types.as_ref().unwrap().kind.as_str(), o.metadata.name.as_deref().unwrap()))
         .collect();
-    assert!(kinds.contains(&("PersistentVolumeClaim", "web-cache")), "{kinds:?}");
+    assert!(
+        !kinds.iter().any(|(kind, _)| *kind == "PersistentVolumeClaim"),
+        "an ephemeral volume is no claim, and no sources are mounted: {kinds:?}"
+    );
     assert!(kinds.contains(&("ConfigMap", "web-scripts-configmap")), "{kinds:?}");
     let deployment = objects.iter().find(|o| o.types.as_ref().unwrap().kind == "Deployment").unwrap();
     let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
@@ -217,7 +220,10 @@ async fn the_page_creates_from_an_uploaded_or_pasted_devfile_and_shows_it_escape
     let page = server.http.get(format!("{}/agents/d1/workspaces/up/devfile", server.url)).header("cookie", &cookie);
     let html = page.send().await.unwrap().text().await.unwrap();
     assert!(html.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
-    assert!(!html.contains("<script>") && html.contains("<td>cache</td><td>volume</td><td>64Mi</td>"), "{html}");
+    assert!(
+        !html.contains("<script>") && html.contains("<td>cache</td><td>volume</td><td>64Mi, ephemeral</td>"),
+        "{html}"
+    );
     let (status, body) = server.send(Method::GET, "/api/v1/agents/d1/workspaces", Some(ADMIN), None).await;
     let names: Vec<&str> = body.as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
     assert_eq!((status, names), (200, vec!["up"]), "only the accepted one is stored");

@@ -301,7 +301,8 @@ fn scripts(
                 .replace("$PROJECT_SOURCE", source)
                 .replace("${PROJECTS_ROOT}", PROJECTS_ROOT)
                 .replace("$PROJECTS_ROOT", PROJECTS_ROOT),
-            None if main == Some(component.as_str()) => source.to_string(),
+            // As GitLab: the main container's commands run in the checkout, where it has one.
+            None if main == Some(component.as_str()) && mounts_sources(devfile, component) => source.to_string(),
             None => String::new(),
         };
         let runner = runners.entry(component).or_insert_with(|| RUNNER_HEAD.replace("COMPONENT", component));
@@ -331,6 +332,10 @@ run() {
   fi
 }
 "#;
+
+fn mounts_sources(devfile: &Devfile, component: &str) -> bool {
+    devfile.component(component).and_then(|c| c.container.as_ref()).is_some_and(|c| c.mount_sources != Some(false))
+}
 
 /// `text` as one shell word.
 fn quoted(text: &str) -> String {

@@ -202,3 +202,14 @@ fn what_cannot_be_built_under_the_agents_settings_is_refused_before_it_is_stored
     let refused = super::super::refused_devfile(&workspace, "agent.gitlab.com/id");
     assert!(refused.len() == 1 && refused[0].contains("an agent takes at most 1048576"), "{refused:?}");
 }
+
+#[test]
+fn a_main_container_without_sources_runs_its_post_start_where_it_starts() {
+    let devfile = "schemaVersion: 2.2.0\ncomponents:\n- {name: m, container: {image: x, mountSources: false}}\n\
+                   commands:\n- {id: hi, exec: {component: m, commandLine: 'echo hi'}}\nevents: {postStart: [hi]}\n";
+    let objects = objects(&workspace_from(devfile, AgentConfig::before_settings()));
+    let scripts = kind(&objects, "ConfigMap").into_iter().find(|c| c["metadata"]["name"] == "web-scripts-configmap");
+    let runner = scripts.map(|s| s["data"]["m-gl-run-poststart-commands.sh"].clone()).unwrap_or_default();
+    assert!(runner.as_str().is_some_and(|r| r.ends_with("run 'hi' ''\n")), "{runner}");
+    assert!(kind(&objects, "PersistentVolumeClaim").is_empty(), "no projects volume");
+}
