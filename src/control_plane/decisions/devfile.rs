@@ -253,6 +253,6 @@ pub fn human_size(bytes: usize) -> String {
 }
 
 #[cfg(test)]
-mod gitlab_cases;
+pub(crate) mod gitlab_cases;
 #[cfg(test)]
 mod tests;

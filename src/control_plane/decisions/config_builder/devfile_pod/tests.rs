@@ -213,3 +213,57 @@ fn a_main_container_without_sources_runs_its_post_start_where_it_starts() {
     assert!(runner.as_str().is_some_and(|r| r.ends_with("run 'hi' ''\n")), "{runner}");
     assert!(kind(&objects, "PersistentVolumeClaim").is_empty(), "no projects volume");
 }
+
+/// GitLab's own example (its fixture `example.devfile.yaml`, re-expressed), against what its
+/// desired config builds from it (docs/devfile-gitlab-facts.md §2), less what GitLab injects
+/// (its tools injector, editor, internal postStart commands): the same containers and
+/// commands, the projects volume in each, the postStart commands in GitLab's order and
+/// directories, hooks only where there are commands.
+#[test]
+fn gitlabs_example_devfile_builds_what_gitlab_builds() {
+    let devfile = crate::control_plane::decisions::devfile::gitlab_cases::devfile_of("devfile");
+    let objects = objects(&workspace_from(devfile, AgentConfig::before_settings()));
+    let pod = &kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = containers.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["tools", "database", "own-entrypoint"]);
+    assert_eq!(containers[0]["command"], json!(["/bin/sh", "-c"]), "the main one kept alive");
+    assert!(containers[1].get("command").is_none(), "overrideCommand is false for the others");
+    assert_eq!((&containers[2]["command"], &containers[2]["args"]), (&json!(["sleep"]), &json!(["infinity"])));
+    for container in &containers {
+        let mounts = container["volumeMounts"].as_array().cloned().unwrap_or_default();
+        assert!(mounts.contains(&json!({"mountPath": "/projects", "name": "gl-workspace-data"})), "{container}");
+        let env = container["env"].as_array().cloned().unwrap_or_default();
+        assert!(env.ends_with(&[
+            json!({"name": "PROJECTS_ROOT", "value": "/projects"}),
+            json!({"name": "PROJECT_SOURCE", "value": "/projects"})
+        ]));
+    }
+    assert_eq!(containers[1]["env"][0], json!({"name": "POSTGRES_PASSWORD", "value": "not-a-secret"}));
+    let hooked: Vec<bool> = containers.iter().map(|c| c.get("lifecycle").is_some()).collect();
+    assert_eq!(hooked, [true, true, false], "a hook where there are postStart commands");
+    let claims: Vec<&Value> =
+        kind(&objects, "PersistentVolumeClaim").into_iter().map(|c| &c["metadata"]["name"]).collect();
+    assert_eq!(claims, [&json!("web-gl-workspace-data")]);
+    assert!(pod.get("initContainers").is_none(), "no preStart, no projects");
+    let scripts = kind(&objects, "ConfigMap").into_iter().find(|c| c["metadata"]["name"] == "web-scripts-configmap");
+    let data = &scripts.unwrap_or_else(|| panic!("no scripts ConfigMap"))["data"];
+    let runner = |component: &str| {
+        data[format!("{component}-gl-run-poststart-commands.sh")].as_str().unwrap_or_default().to_string()
+    };
+    assert!(runner("database").ends_with("run 'seed-in-dir' 'tmp'\nrun 'seed' ''\n"), "{}", runner("database"));
+    assert!(runner("tools").ends_with("run 'setup' '/projects'\nrun 'setup-in-dir' 'tmp'\n"), "{}", runner("tools"));
+    let items = &pod["volumes"][1]["projected"]["sources"][0]["configMap"]["items"];
+    let paths: Vec<&str> = items.as_array().into_iter().flatten().filter_map(|i| i["path"].as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "database/seed-in-dir",
+            "database/seed",
+            "tools/setup",
+            "tools/setup-in-dir",
+            "database/gl-run-poststart-commands.sh",
+            "tools/gl-run-poststart-commands.sh"
+        ]
+    );
+}
