@@ -157,18 +157,24 @@ fn create(node: &Node, token: &str, volumes: &mut Volumes, name: &str, devfile: 
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
 }
 
+/// The images, the repository, a control plane with its agent and its cloner, a user (her
+/// token), and the volumes to bind the workspaces' claims to.
+fn setting_up(prefix: &str) -> (GitServer, Node, String, Volumes) {
+    openable_image();
+    workspace_image();
+    git_image();
+    let repository = serve_repository();
+    let node = Node::start_with(prefix, &["--project-cloner-image", GIT_IMAGE]);
+    let alice = user(&node.control_plane, "alice");
+    (repository, node, alice, Volumes::new())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_devfile_workspace_runs_its_containers_project_volume_and_post_start() {
     if !node_up() {
         return;
     }
-    openable_image();
-    workspace_image();
-    git_image();
-    let repository = serve_repository();
-    let node = Node::start_with("df", &["--project-cloner-image", GIT_IMAGE]);
-    let alice = user(&node.control_plane, "alice");
-    let mut volumes = Volumes::new();
+    let (repository, node, alice, mut volumes) = setting_up("df");
     let note = "echo written by postStart in $(pwd) > /cache/note";
     create(&node, &alice, &mut volumes, "web", &devfile(repository.port, "app.git", note));
     let running = node.actual("web", "Running").await;
@@ -218,13 +224,7 @@ async fn a_project_that_cannot_be_cloned_and_a_failing_post_start_are_reported_w
     if !node_up() {
         return;
     }
-    openable_image();
-    workspace_image();
-    git_image();
-    let repository = serve_repository();
-    let node = Node::start_with("dx", &["--project-cloner-image", GIT_IMAGE]);
-    let alice = user(&node.control_plane, "alice");
-    let mut volumes = Volumes::new();
+    let (repository, node, alice, mut volumes) = setting_up("dx");
     create(&node, &alice, &mut volumes, "noclone", &devfile(repository.port, "missing.git", "true"));
     create(
         &node,
