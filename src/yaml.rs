@@ -95,13 +95,19 @@ pub enum DevfileReadError {
     Parse(String),
 }
 
-/// One devfile, read from a user's bytes: UTF-8, at most [`MAX_DEVFILE_BYTES`], one document,
-/// no anchors or aliases (GitLab's `YAML.safe_load` takes none), nested at most 32 deep.
-pub fn parse_devfile(bytes: &[u8]) -> Result<serde_json::Value, DevfileReadError> {
+/// A devfile's bytes as text, when they can be one: at most [`MAX_DEVFILE_BYTES`], UTF-8. The
+/// CLI and the page's upload refuse by it before they send or parse.
+pub fn devfile_text(bytes: &[u8]) -> Result<&str, DevfileReadError> {
     if bytes.len() > MAX_DEVFILE_BYTES {
         return Err(DevfileReadError::TooLarge(bytes.len()));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| DevfileReadError::NotUtf8(e.valid_up_to()))?;
+    std::str::from_utf8(bytes).map_err(|e| DevfileReadError::NotUtf8(e.valid_up_to()))
+}
+
+/// One devfile, read from a user's bytes: UTF-8, at most [`MAX_DEVFILE_BYTES`], one document,
+/// no anchors or aliases (GitLab's `YAML.safe_load` takes none), nested at most 32 deep.
+pub fn parse_devfile(bytes: &[u8]) -> Result<serde_json::Value, DevfileReadError> {
+    let text = devfile_text(bytes)?;
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_aliases: 0,

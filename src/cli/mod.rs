@@ -217,13 +217,8 @@ fn read_devfile(path: &std::path::Path) -> Result<String> {
     if bytes.len() > limit {
         return Err(Error::Io(format!("{}: a devfile is at most {limit} bytes", path.display())));
     }
-    String::from_utf8(bytes).map_err(|e| {
-        Error::Io(format!(
-            "{}: not UTF-8 text (a byte at offset {} is not)",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        ))
-    })
+    let text = crate::yaml::devfile_text(&bytes).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    Ok(text.to_string())
 }
 
 /// A devfile as stored: as it is to a file or a pipe, each line made printable on a terminal.

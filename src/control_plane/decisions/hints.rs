@@ -4,6 +4,10 @@
 
 use crate::protocol::failure_reason::FailureReason;
 
+/// A devfile's postStart failure, as its hook's error or as the crash loop that follows.
+const POST_START_HINT: &str =
+    "a devfile postStart command failed: fix the command (its output's end is above) and restart";
+
 /// The hint for an error, if the table has one.
 pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {
     if error_type == "kubernetes"
@@ -16,18 +20,14 @@ pub fn hint(error_type: &str, message: &str) -> Option<&'static str> {
             FailureReason::CrashLoop if message.contains("OOMKilled") => {
                 "the workspace ran out of memory: raise its memory limit"
             }
-            FailureReason::CrashLoop if message.contains(": postStart command ") => {
-                "a devfile postStart command failed: fix the command (its output's end is above) and restart"
-            }
+            FailureReason::CrashLoop if message.contains(": postStart command ") => POST_START_HINT,
             FailureReason::CrashLoop if message.contains("\"gl-project-cloner\"") => {
                 "a devfile project could not be cloned: check its remote and revision, and that the cluster reaches it"
             }
             FailureReason::CrashLoop => {
                 "the workspace's container keeps exiting: check its image's command and the exit code"
             }
-            FailureReason::PostStartHook => {
-                "a devfile postStart command failed: fix the command (its output's end is above) and restart"
-            }
+            FailureReason::PostStartHook => POST_START_HINT,
             FailureReason::ContainerConfig => {
                 "the container names a Secret, ConfigMap or key that is not there: check the workspace's variables"
             }

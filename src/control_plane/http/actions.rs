@@ -73,12 +73,11 @@ pub async fn create_workspace(
     mut new: NewWorkspace,
 ) -> Result<Workspace, ApiError> {
     admit_new_workspace(state, caller, &mut new).await?;
-    if let Some(devfile) = &new.devfile_accepted {
+    if new.devfile_accepted.is_some() {
         // Built once now, under the agent's settings, so that what is stored is what builds.
         let settings = state.store.agent_config(agent).await?.unwrap_or_else(AgentConfig::before_settings);
-        let trial = NewWorkspace { devfile_accepted: Some(devfile.clone()), ..NewWorkspace::new(new.name.clone(), "") };
         let namespace = crate::control_plane::model::workspace_namespace(agent, &new.name);
-        let trial = Workspace::created(agent, &namespace, trial, settings.into(), 0);
+        let trial = Workspace::created(agent, &namespace, new.clone(), settings.into(), 0);
         let refused = config_builder::refused_devfile(&trial, &state.pipeline.label_key);
         if !refused.is_empty() {
             return Err(bad_request(format!(

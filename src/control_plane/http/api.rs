@@ -3,10 +3,9 @@
 //! that does not exist. Orphans are the admins'.
 
 use super::actions::{self, set_desired, settle_orphan};
-use super::callers::{Admin, Asking, no_workspace, shown, visible_workspace};
+use super::callers::{Admin, Asking, shown, visible_devfile, visible_workspace};
 use super::state::{ApiResult, AppState, MAX_CREATE_BODY_BYTES, PageQuery, bad_request, exists, parse};
 use super::validation::url_part;
-use crate::control_plane::decisions::devfile::devfile_of_image;
 use crate::control_plane::model::NewWorkspace;
 use crate::control_plane::store::MAX_PAGE;
 use axum::body::Bytes;
@@ -107,14 +106,7 @@ async fn workspace_devfile(
     State(state): State<Arc<AppState>>,
     Path((agent, name)): Path<(String, String)>,
 ) -> ApiResult {
-    let (workspace, devfile) = match state.store.workspace_with_devfile(&agent, &name).await? {
-        Some((workspace, devfile)) if caller.may_see(workspace.owner_id.as_deref()) => (workspace, devfile),
-        _ => return Err(no_workspace(&agent, &name)),
-    };
-    let (devfile, from_image) = match devfile {
-        Some(devfile) => (devfile, false),
-        None => (devfile_of_image(&workspace.image, workspace.cpu.as_deref(), workspace.memory.as_deref()), true),
-    };
+    let (_, devfile, from_image) = visible_devfile(&state, &caller, &agent, &name).await?;
     Ok(Json(serde_json::json!({ "devfile": devfile, "from_image": from_image })).into_response())
 }
 

@@ -84,6 +84,28 @@ pub async fn visible_workspace(
     }
 }
 
+/// A workspace the caller may see, and its devfile as its user wrote it (for one made from an
+/// image, the devfile that image stands for; then `true`), read together: the devfile shown
+/// is the one of the workspace whose owner was checked.
+pub async fn visible_devfile(
+    state: &AppState,
+    caller: &Caller,
+    agent: &str,
+    name: &str,
+) -> Result<(Workspace, String, bool), ApiError> {
+    use crate::control_plane::decisions::devfile::devfile_of_image;
+    match state.store.workspace_with_devfile(agent, name).await? {
+        Some((workspace, devfile)) if caller.may_see(workspace.owner_id.as_deref()) => {
+            let from_image = devfile.is_none();
+            let devfile = devfile.unwrap_or_else(|| {
+                devfile_of_image(&workspace.image, workspace.cpu.as_deref(), workspace.memory.as_deref())
+            });
+            Ok((workspace, devfile, from_image))
+        }
+        _ => Err(no_workspace(agent, name)),
+    }
+}
+
 /// The workspace as the API and the page show it: with its declared ports and their URLs,
 /// and its devfile's components.
 pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
@@ -105,29 +127,9 @@ pub fn shown(state: &AppState, mut workspace: Workspace) -> Workspace {
         .collect();
     workspace.endpoints = endpoints;
     if let Some(devfile) = &workspace.devfile {
-        workspace.components = devfile
-            .components
-            .iter()
-            .map(|component| match (&component.container, &component.volume) {
-                (Some(container), _) => ComponentShown {
-                    name: component.name.clone(),
-                    kind: "container".into(),
-                    detail: container.image.clone(),
-                },
-                (None, volume) => ComponentShown {
-                    name: component.name.clone(),
-                    kind: "volume".into(),
-                    detail: match volume.as_ref() {
-                        Some(v) if v.ephemeral == Some(true) => match &v.size {
-                            Some(size) => format!("{size}, ephemeral"),
-                            None => "ephemeral".into(),
-                        },
-                        Some(v) => v.size.clone().unwrap_or_else(|| "1Gi".into()),
-                        None => String::new(),
-                    },
-                },
-            })
-            .collect();
+        let summaries = devfile.components.iter().map(|component| (component.name.clone(), component.summary()));
+        workspace.components =
+            summaries.map(|(name, (kind, detail))| ComponentShown { name, kind: kind.into(), detail }).collect();
     }
     workspace
 }

@@ -3,11 +3,10 @@
 //! stored, escaped.
 
 use super::actions;
-use super::callers::{no_workspace, shown};
+use super::callers::{shown, visible_devfile};
 use super::page::{PageResult, SignedIn, home_page, session, sign_in_first};
 use super::state::{ApiError, AppState, MAX_CREATE_BODY_BYTES, PAGE, bad_request, exists, front_door};
 use super::ui;
-use crate::control_plane::decisions::devfile::devfile_of_image;
 use crate::control_plane::model::NewWorkspace;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Request, State};
@@ -78,12 +77,9 @@ impl CreateForm {
         let optional = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
         let devfile = match (&self.upload, optional(self.field("devfile"))) {
             (Some(_), Some(_)) => return Err(bad_request("paste a devfile or upload one, not both")),
-            (Some(bytes), None) => Some(String::from_utf8(bytes.clone()).map_err(|e| {
-                bad_request(format!(
-                    "the uploaded devfile is not UTF-8 text (a byte at offset {} is not)",
-                    e.utf8_error().valid_up_to()
-                ))
-            })?),
+            (Some(bytes), None) => {
+                Some(crate::yaml::devfile_text(bytes).map_err(|e| bad_request(format!("the upload: {e}")))?.to_string())
+            }
             (None, pasted) => pasted.map(|_| self.field("devfile").to_string()),
         };
         Ok(NewWorkspace {
@@ -136,11 +132,6 @@ async fn devfile_page(
     );
     let Some(session) = session(&state, &headers).await? else { return Ok(sign_in_first(&state, &path)) };
     let signed_in = SignedIn(session);
-    let (workspace, devfile) = match state.store.workspace_with_devfile(&agent, &name).await? {
-        Some((workspace, devfile)) if signed_in.caller().may_see(workspace.owner_id.as_deref()) => (workspace, devfile),
-        _ => return Err(no_workspace(&agent, &name)),
-    };
-    let devfile = devfile
-        .unwrap_or_else(|| devfile_of_image(&workspace.image, workspace.cpu.as_deref(), workspace.memory.as_deref()));
+    let (workspace, devfile, _) = visible_devfile(&state, signed_in.caller(), &agent, &name).await?;
     Ok(Html(ui::devfile_page(&signed_in.nav(), &shown(&state, workspace), &devfile)).into_response())
 }

@@ -9,7 +9,7 @@
 
 use super::pod_parts::PodParts;
 use crate::control_plane::decisions::agent_config::AgentConfig;
-use crate::control_plane::decisions::devfile::model::{Component, Container, Devfile};
+use crate::control_plane::decisions::devfile::model::{Component, Container, Devfile, VOLUME_SIZE};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -20,8 +20,6 @@ pub const PROJECTS_SIZE: &str = "50Gi";
 /// The postStart scripts, as GitLab mounts them.
 pub const SCRIPTS_VOLUME: &str = "gl-workspace-scripts";
 pub const SCRIPTS_ROOT: &str = "/workspace-scripts";
-/// A volume component's size when it names none (devfile/library's default).
-const VOLUME_SIZE: &str = "1Gi";
 /// The init container that clones the projects.
 pub const PROJECT_CLONER: &str = "gl-project-cloner";
 /// What GitLab runs in a main container whose command it overrides: it stays up.
@@ -41,7 +39,7 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
     let post_start = post_start_commands(devfile);
     let mut parts = PodParts::default();
     let containers = devfile.components.iter().filter_map(|c| c.container.as_ref());
-    let mounts_projects = !devfile.projects.is_empty() || containers.clone().any(|c| c.mount_sources != Some(false));
+    let mounts_projects = !devfile.projects.is_empty() || containers.clone().any(Container::mounts_sources);
     for component in &devfile.components {
         let Some(container) = &component.container else { continue };
         if applied.contains(&component.name.as_str()) {
@@ -53,15 +51,11 @@ pub fn from_devfile(name: &str, devfile: &Devfile, config: &AgentConfig) -> PodP
             built["command"] = json!(KEEP_ALIVE[..2]);
             built["args"] = json!(KEEP_ALIVE[2..]);
         }
-        let ports: Vec<Value> = container
-            .endpoints
-            .iter()
-            .filter(|e| e.exposure() != "none")
-            .map(|e| json!({ "containerPort": e.target_port, "name": e.name, "protocol": "TCP" }))
-            .collect();
-        for endpoint in container.endpoints.iter().filter(|e| e.exposure() != "none") {
-            let port = json!({ "name": endpoint.name, "port": endpoint.target_port, "protocol": "TCP", "targetPort": endpoint.target_port });
-            parts.service_ports.push(port);
+        let mut ports = Vec::new();
+        for endpoint in container.declared_endpoints() {
+            let (name, port) = (&endpoint.name, endpoint.target_port);
+            ports.push(json!({ "containerPort": port, "name": name, "protocol": "TCP" }));
+            parts.service_ports.push(json!({ "name": name, "port": port, "protocol": "TCP", "targetPort": port }));
         }
         if !ports.is_empty() {
             built["ports"] = Value::from(ports);
@@ -161,8 +155,7 @@ fn container_of(component: &Component, container: &Container, source: &str, conf
         built["args"] = json!(container.args);
     }
     let mut env: Vec<Value> = container.env.iter().map(|v| json!({ "name": v.name, "value": v.value })).collect();
-    let mounts_sources = container.mount_sources != Some(false);
-    if mounts_sources {
+    if container.mounts_sources() {
         env.push(json!({ "name": "PROJECTS_ROOT", "value": PROJECTS_ROOT }));
         env.push(json!({ "name": "PROJECT_SOURCE", "value": source }));
     }
@@ -176,7 +169,7 @@ fn container_of(component: &Component, container: &Container, source: &str, conf
         let path = mount.path.clone().unwrap_or_else(|| format!("/{}", mount.name));
         push_mount(&mut built, &mount.name, &path);
     }
-    if mounts_sources {
+    if container.mounts_sources() {
         let path = container.source_mapping.as_deref().filter(|p| !p.is_empty()).unwrap_or(PROJECTS_ROOT);
         push_mount(&mut built, PROJECTS_VOLUME, path);
     }
@@ -302,7 +295,14 @@ fn scripts(
                 .replace("${PROJECTS_ROOT}", PROJECTS_ROOT)
                 .replace("$PROJECTS_ROOT", PROJECTS_ROOT),
             // As GitLab: the main container's commands run in the checkout, where it has one.
-            None if main == Some(component.as_str()) && mounts_sources(devfile, component) => source.to_string(),
+            None if main == Some(component.as_str())
+                && devfile
+                    .component(component)
+                    .and_then(|c| c.container.as_ref())
+                    .is_some_and(Container::mounts_sources) =>
+            {
+                source.to_string()
+            }
             None => String::new(),
         };
         let runner = runners.entry(component).or_insert_with(|| RUNNER_HEAD.replace("COMPONENT", component));
@@ -326,16 +326,14 @@ run() {
   (if [ -n "$2" ]; then cd "$2" || exit; fi; exec /bin/sh "/workspace-scripts/COMPONENT/$1") >"$log" 2>&1
   status=$?
   if [ "$status" -ne 0 ]; then
-    { echo "postStart command $1 failed (exit $status); its output ends:"; tail -c 700 "$log"; } >/dev/termination-log 2>/dev/null
-    { echo "postStart command $1 failed (exit $status); its output ends:"; tail -c 700 "$log"; } >&2
+    said="postStart command $1 failed (exit $status); its output ends:
+$(tail -c 700 "$log")"
+    printf '%s\n' "$said" >/dev/termination-log 2>/dev/null
+    printf '%s\n' "$said" >&2
     exit 1
   fi
 }
 "#;
-
-fn mounts_sources(devfile: &Devfile, component: &str) -> bool {
-    devfile.component(component).and_then(|c| c.container.as_ref()).is_some_and(|c| c.mount_sources != Some(false))
-}
 
 /// `text` as one shell word.
 fn quoted(text: &str) -> String {

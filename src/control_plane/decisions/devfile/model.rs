@@ -73,7 +73,28 @@ impl Endpoint {
     pub fn exposure(&self) -> &str {
         self.exposure.as_deref().unwrap_or("public")
     }
+
+    /// Whether the workspace declares it as a port (`exposure: none` is the container's own:
+    /// no container port, so the agent's gate never lets a stream reach it).
+    pub fn is_declared(&self) -> bool {
+        self.exposure() != "none"
+    }
 }
+
+impl Container {
+    /// Whether the projects are mounted in it: unless `mountSources: false`, as the spec says.
+    pub fn mounts_sources(&self) -> bool {
+        self.mount_sources != Some(false)
+    }
+
+    /// Its endpoints that are declared ports.
+    pub fn declared_endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.endpoints.iter().filter(|e| e.is_declared())
+    }
+}
+
+/// A volume component's size when it names none (devfile/library's default).
+pub const VOLUME_SIZE: &str = "1Gi";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -169,7 +190,7 @@ impl Devfile {
     /// `exposure: none` ports are the container's own and are not listed.
     pub fn declared_ports(&self) -> Vec<(&str, u16, bool)> {
         let containers = self.components.iter().filter_map(|c| c.container.as_ref());
-        let endpoints = containers.flat_map(|c| c.endpoints.iter()).filter(|e| e.exposure() != "none");
+        let endpoints = containers.flat_map(Container::declared_endpoints);
         endpoints
             .filter_map(|e| Some((e.name.as_str(), u16::try_from(e.target_port).ok()?, e.exposure() == "public")))
             .collect()
@@ -192,6 +213,21 @@ impl Devfile {
 }
 
 impl Component {
+    /// What it is, as shown: `container` and its image, or `volume` and its size.
+    pub fn summary(&self) -> (&'static str, String) {
+        match (&self.container, &self.volume) {
+            (Some(container), _) => ("container", container.image.clone()),
+            (None, Some(volume)) => {
+                let size = volume.size.clone();
+                match volume.ephemeral == Some(true) {
+                    true => ("volume", size.map_or_else(|| "ephemeral".into(), |size| format!("{size}, ephemeral"))),
+                    false => ("volume", size.unwrap_or_else(|| VOLUME_SIZE.into())),
+                }
+            }
+            (None, None) => ("volume", String::new()),
+        }
+    }
+
     /// GitLab's `overrideCommand`: true for the main container and false for the others unless
     /// written; when true, the container's own command is replaced by one that keeps it alive.
     pub fn overrides_command(&self, main: bool) -> bool {
