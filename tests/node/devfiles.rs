@@ -204,7 +204,12 @@ async fn a_devfile_workspace_runs_its_containers_project_volume_and_post_start()
     node.actual("web", "Running").await;
     let said = ssh_to(&node, &alice, "web", "cat /cache/kept /projects/app/mine", b"");
     assert_eq!(said, "kept\nmine\n");
-    let second_pod = kubectl_ok(env(), &["-n", &namespace, "get", "pods", "-o", "jsonpath={.items[0].metadata.uid}"]);
+    // The stopped Pod may still be going (its grace period) when the new one runs.
+    let pods = || kubectl_ok(env(), &["-n", &namespace, "get", "pods", "-o", "jsonpath={.items[*].metadata.uid}"]);
+    let second_pod = eventually("the stopped Pod gone", LONG, || {
+        Some(pods()).filter(|uids| !uids.is_empty() && !uids.contains(' '))
+    })
+    .await;
     assert_ne!(first_pod, second_pod, "a new Pod");
     let cloner =
         kubectl_ok(env(), &["-n", &namespace, "logs", "-l", "app.kubernetes.io/name=web", "-c", "gl-project-cloner"]);
