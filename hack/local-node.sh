@@ -155,8 +155,10 @@ serializeImagePulls: false
 # Absolute floors: a percentage of a large shared disk taints the node (disk-pressure) while
 # gigabytes are still free, and every workspace Pod then stays Pending.
 evictionHard: {memory.available: "100Mi", nodefs.available: "512Mi", imagefs.available: "512Mi"}
-imageGCHighThresholdPercent: 99
-imageGCLowThresholdPercent: 98
+# No image GC: the images are built here and cannot be pulled again, and on 1.20 the kubelet
+# does not pin the sandbox image (a full disk once removed localhost/pause:1 mid-run).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 10s
 containerLogMaxSize: 1Mi
 volumePluginDir: $STATE/kubelet/volume-plugins
