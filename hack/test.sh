@@ -48,6 +48,9 @@ if hack/local-node.sh status 2>/dev/null; then
   echo "error: the local node is up; stop it (hack/local-node.sh down): WSYNC_NODE=1 runs the node tier after the others" >&2
   exit 1
 fi
+# The upgrade test's previous release (tests/front_door/upgrades.rs), built once into the
+# cache before the tests run, not under them.
+hack/previous-release.sh >/dev/null
 cargo test --all-targets --locked --no-fail-fast
 
 # The node tier wants a real kubelet, which would also run the Pods the apiserver tier leaves to

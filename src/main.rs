@@ -35,7 +35,7 @@ enum Command {
     /// Run the in-cluster agent.
     Agent(Box<AgentArgs>),
     /// Run the reference control plane.
-    ControlPlane(Box<wsync::control_plane::ControlPlaneArgs>),
+    ControlPlane(Box<wsync::control_plane::ControlPlaneCommand>),
     /// Register agents with the control plane.
     Agents {
         #[command(flatten)]
@@ -113,11 +113,14 @@ async fn run() -> ExitCode {
             install_crypto_provider();
             exit(wsync::agent::run(*args, log_level).await, wsync::agent::error::Error::reason)
         }
-        Command::ControlPlane(args) => {
-            init_logging(cli.log_format);
-            install_crypto_provider();
-            exit(wsync::control_plane::run(*args).await, wsync::control_plane::error::Error::reason)
-        }
+        Command::ControlPlane(command) => match command.maintenance {
+            Some(maintenance) => report(wsync::control_plane::maintenance::run(maintenance)),
+            None => {
+                init_logging(cli.log_format);
+                install_crypto_provider();
+                exit(wsync::control_plane::run(command.serve).await, wsync::control_plane::error::Error::reason)
+            }
+        },
         Command::Agents { server, command } => {
             install_crypto_provider();
             report(wsync::cli::agents::agents(&server, command).await)

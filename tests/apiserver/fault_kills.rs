@@ -1,6 +1,6 @@
 //! The fault suite's process faults: `kill -9` at chosen points (failpoints, in debug builds:
 //! `--failpoint`, see `runtime::failpoint`), the control plane's SQLite locked by another
-//! process, and its database restored from an old backup. Rows of the same table as
+//! process (its restore from a backup is `backup_restore`). Rows of the same table as
 //! `fault_suite`.
 
 use crate::fault_suite::{Scenario, errors_lost, orphans, record, script};
@@ -98,75 +98,4 @@ async fn the_control_plane_database_locked_by_another_process() {
     eventually("Synced=True", LONG, || (condition(&wss_json(env, &id)?, "Synced")?["status"] == "True").then_some(()))
         .await;
     record("control plane's SQLite locked 8 s", cleared.elapsed(), 0, orphans(env, &ns));
-}
-
-/// SQLite's online backup, from `from` to `to` (a copy of the file could miss the WAL).
-fn sqlite_backup(from: &str, to: &str) {
-    let copied = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3,sys; d=sqlite3.connect(sys.argv[2]); sqlite3.connect(sys.argv[1]).backup(d); d.close()",
-            from,
-            to,
-        ])
-        .status()
-        .expect("python3");
-    assert!(copied.success());
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_control_plane_restored_from_an_old_backup_sees_an_orphan() {
-    let env = env();
-    let (mut system, _proxy) = System::start_behind_proxy("fo", None).await;
-    let database = system.database.strip_prefix("sqlite://").expect("a SQLite URL").to_string();
-    let backup = format!("{database}.backup");
-    sqlite_backup(&database, &backup);
-    system.cli(&["create", "erin", "--image", "registry.example.com/ide:1"]);
-    let running = system.wait_actual("erin", "Running").await;
-    let ns = running["namespace"].as_str().expect("namespace").to_string();
-
-    // The old backup comes back: the control plane has never heard of erin, which still runs.
-    system.control_plane.restart_after(|| {
-        for suffix in ["-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{database}{suffix}"));
-        }
-        sqlite_backup(&backup, &database);
-    });
-    let restored = Instant::now();
-    kubectl_ok(
-        env,
-        &["-n", AGENT_NAMESPACE, "annotate", "wss", &system.id, "wsync.dev/resync-requested=restored", "--overwrite"],
-    );
-    let listed = eventually("erin listed as an orphan", LONG, || {
-        let out = system.cli(&["list", "--orphans", "-o", "json"]);
-        let orphans: serde_json::Value = serde_json::from_str(&out).ok()?;
-        orphans.as_array()?.iter().any(|o| o["name"] == "erin" && o["namespace"] == ns.as_str()).then_some(())
-    });
-    listed.await;
-    let converged = restored.elapsed();
-    // Acknowledged: the partial cycles after it send nothing; the workspace still runs.
-    let from = system.agent.logs().len();
-    eventually("an idle partial cycle", LONG, || {
-        let logs = system.agent.logs();
-        logs[from.min(logs.len())..]
-            .lines()
-            .any(|l| l.contains("update_type=partial") && l.contains("sync cycle done") && l.contains("sent=0"))
-            .then_some(())
-    })
-    .await;
-    assert_eq!(
-        get_field(env, &ns, "deployment/erin", "{.spec.replicas}").as_deref(),
-        Some("1"),
-        "never deleted without a word"
-    );
-    assert!(system.cli(&["list"]).lines().all(|l| !l.starts_with("erin")), "not a workspace until adopted");
-
-    // Adopted, it is a workspace again, in its own namespace.
-    system.cli(&["adopt", &format!("{ns}/erin"), "--image", "registry.example.com/ide:1"]);
-    let adopted = system.wait_actual("erin", "Running").await;
-    assert_eq!(adopted["namespace"], ns.as_str());
-    let empty: serde_json::Value =
-        serde_json::from_str(&system.cli(&["list", "--orphans", "-o", "json"])).expect("json");
-    assert_eq!(empty, serde_json::json!([]));
-    record("control plane restored from an old backup (an orphan)", converged, 0, orphans(env, &ns));
 }

@@ -8,6 +8,7 @@
 pub mod support;
 
 mod applier;
+mod backup_restore;
 mod drift;
 mod end_to_end;
 mod fault_control_plane;

@@ -22,6 +22,7 @@ mod sign_in_limits;
 mod sign_in_oidc;
 mod transport;
 mod tunnel;
+mod upgrades;
 mod workspace_cli;
 mod workspace_hosts;
 mod workspace_processes;

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 /// The real `wsync control-plane`, as a child process.
 pub struct ControlPlaneProcess {
     child: Option<Child>,
+    /// The `wsync` binary it runs: this tree's, or another release's.
+    program: PathBuf,
     args: Vec<String>,
     pub url: String,
     log: PathBuf,
@@ -28,6 +30,16 @@ impl ControlPlaneProcess {
         std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
         let file = admin_token_file.display().to_string();
         Self::start_bare(database_url, log, &[&["--admin-token-file", &file], extra].concat(), admin_token)
+    }
+
+    /// [`Self::start`] with another release's binary (`hack/previous-release.sh`).
+    pub fn start_release(program: &std::path::Path, database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
+        let admin_token = super::secret_token("admin");
+        let admin_token_file = log.with_extension("admin-token");
+        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
+        let file = admin_token_file.display().to_string();
+        let args = [&["--admin-token-file", file.as_str()], extra].concat();
+        Self::launch_program(program.to_path_buf(), "127.0.0.1", database_url, log, &args, admin_token, None)
     }
 
     /// Serving TLS with a certificate of `tls`'s throw-away CA, which the CLI trusts.
@@ -61,6 +73,19 @@ impl ControlPlaneProcess {
         admin_token: String,
         ca_file: Option<PathBuf>,
     ) -> Self {
+        let program = PathBuf::from(env!("CARGO_BIN_EXE_wsync"));
+        Self::launch_program(program, host, database_url, log, extra, admin_token, ca_file)
+    }
+
+    fn launch_program(
+        program: PathBuf,
+        host: &str,
+        database_url: &str,
+        log: PathBuf,
+        extra: &[&str],
+        admin_token: String,
+        ca_file: Option<PathBuf>,
+    ) -> Self {
         let port = free_port();
         let mut args: Vec<String> = vec![
             "control-plane".into(),
@@ -75,7 +100,7 @@ impl ControlPlaneProcess {
         args.extend(extra.iter().map(|s| s.replace("{url}", &url)));
         let admin_token_file = log.with_extension("admin-token");
         let stdout = log.with_extension("stdout");
-        let mut process = Self { child: None, args, url, log, stdout, admin_token, admin_token_file, ca_file };
+        let mut process = Self { child: None, program, args, url, log, stdout, admin_token, admin_token_file, ca_file };
         process.spawn();
         process
     }
@@ -99,7 +124,7 @@ impl ControlPlaneProcess {
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("control-plane log");
         let stdout = std::fs::OpenOptions::new().create(true).append(true).open(&self.stdout).expect("stdout file");
-        let child = Command::new(env!("CARGO_BIN_EXE_wsync"))
+        let child = Command::new(&self.program)
             .args(&self.args)
             .env("NO_COLOR", "1")
             .stdout(stdout)

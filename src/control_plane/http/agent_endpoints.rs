@@ -60,6 +60,9 @@ async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::R
     let started = std::time::Instant::now();
     let (agent, answer) = match authenticate_agent(&state, request.headers()).await {
         Ok(agent) => {
+            if let Err(error) = state.store.agent_seen(&agent.id).await {
+                tracing::warn!(agent = %agent.id, %error, "could not record when the agent was last seen");
+            }
             let answer = reconcile_for(&state, &agent, request).await;
             (Some(agent.id), answer)
         }

@@ -27,6 +27,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabel {
+    agent: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabel {
     limit: String,
 }
@@ -36,6 +41,7 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     database_duration: Histogram,
     workspaces: Family<StateLabel, Gauge>,
+    agents_last_seen: Family<AgentLabel, Gauge>,
     sign_in_refusals: Family<LimitLabel, Counter>,
     audit_write_failures: Counter,
     /// When the workspaces were last counted; one scrape at a time counts and encodes.
@@ -62,6 +68,12 @@ impl Default for Metrics {
             database_duration.clone(),
         );
         registry.register("workspaces", "Workspaces by actual state", workspaces.clone());
+        let agents_last_seen = Family::<AgentLabel, Gauge>::default();
+        registry.register(
+            "agent_last_seen_timestamp_seconds",
+            "When the agent last reconciled, from the database (every replica reports the same)",
+            agents_last_seen.clone(),
+        );
         let sign_in_refusals = Family::<LimitLabel, Counter>::default();
         for limit in ["backoff", "address", "global"] {
             sign_in_refusals.get_or_create(&LimitLabel { limit: limit.into() }).inc_by(0);
@@ -84,6 +96,7 @@ impl Default for Metrics {
             reconcile_duration,
             database_duration,
             workspaces,
+            agents_last_seen,
             counted: tokio::sync::Mutex::new(None),
             registry,
         }
@@ -124,6 +137,11 @@ impl Metrics {
             self.workspaces.clear();
             for (state, count) in workspaces {
                 self.workspaces.get_or_create(&StateLabel { state }).set(count);
+            }
+            let seen = store.agents_last_seen().await?;
+            self.agents_last_seen.clear();
+            for (agent, at_ms) in seen {
+                self.agents_last_seen.get_or_create(&AgentLabel { agent }).set(at_ms.div_euclid(1000));
             }
             *counted = Some(Instant::now());
         }

@@ -17,9 +17,19 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error(
         "{path} cannot be written ({reason}): the control plane writes the database file and, beside it, \
-         its -wal and -shm files; is the file or its filesystem read-only?"
+         its -wal, -shm and -lock files; is the file or its filesystem read-only?"
     )]
     Unwritable { path: String, reason: String },
+    /// A backup or restore that could not be made, and why.
+    #[error("{0}")]
+    Backup(String),
+    /// The database was migrated by a newer wsync: this one would misread it.
+    #[error(
+        "the database's schema is at version {database}, newer than this wsync knows ({known}): a newer \
+         control plane has migrated it. Run that version (a rollout in progress finishes by replacing this \
+         one), or restore a backup taken before the upgrade"
+    )]
+    SchemaNewer { database: i64, known: i64 },
     /// The SQLite writer could not commit a batch, or has stopped.
     #[error("database writer: {0}")]
     Writer(String),

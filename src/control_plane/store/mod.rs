@@ -3,7 +3,9 @@
 //! (the hot path) go to a writer thread of their own ([`sqlite_writer`]); on PostgreSQL they
 //! run on the pool ([`postgres`]). Both run the pure pipeline inside one transaction.
 
+mod agents_seen;
 pub mod audit;
+pub mod backup;
 mod changes;
 mod credentials;
 mod error;
@@ -13,6 +15,7 @@ pub mod pending_sign_ins;
 pub mod people;
 mod postgres;
 pub mod rows;
+pub mod schema;
 mod settings;
 mod sqlite_writer;
 mod statements;
@@ -67,6 +70,8 @@ pub struct Store {
     pool: AnyPool,
     backend: Backend,
     clock: Clock,
+    /// When this process last wrote each agent's `last_seen_at` (`agents_seen`).
+    seen_written: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
 }
 
 /// Workspaces per page of the agent page and the list API, at most.
@@ -120,9 +125,9 @@ impl Store {
             SqliteWriter::check_writable(&url)?;
         }
         let pool = pool_options(sqlite).connect(&url).await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        schema::migrate(&pool).await?;
         let backend = if sqlite { Backend::Sqlite(SqliteWriter::open(&url)?) } else { Backend::Postgres };
-        Ok(Self { pool, backend, clock: Clock::system() })
+        Ok(Self { pool, backend, clock: Clock::system(), seen_written: Default::default() })
     }
 
     /// The same store with its timestamps from `clock` (tests set the time this way).

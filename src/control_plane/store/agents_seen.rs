@@ -1,0 +1,39 @@
+//! When each agent last reconciled: what an alert on a silent agent reads. Written at most
+//! once a minute per agent by each process, so that an idle fleet's partial syncs stay reads.
+
+use super::Store;
+use super::error::StoreResult;
+use sqlx::Row;
+
+/// How stale a process lets its last write of an agent's time grow.
+const WRITE_EVERY_MS: i64 = 60_000;
+
+impl Store {
+    /// Record that `agent_id` reconciled now, unless this process did within the minute.
+    pub async fn agent_seen(&self, agent_id: &str) -> StoreResult<()> {
+        let now = self.clock.now();
+        {
+            let mut written = self.seen_written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if written.get(agent_id).is_some_and(|at| now.saturating_sub(*at) < WRITE_EVERY_MS) {
+                return Ok(());
+            }
+            written.insert(agent_id.to_string(), now);
+        }
+        sqlx::query(
+            "UPDATE agents SET last_seen_at = $1 WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
+        )
+        .bind(now)
+        .bind(agent_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every agent that has reconciled, with when it last did (ms since the epoch).
+    pub async fn agents_last_seen(&self) -> StoreResult<Vec<(String, i64)>> {
+        let rows = sqlx::query("SELECT id, last_seen_at FROM agents WHERE last_seen_at IS NOT NULL ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|row| Ok((row.try_get("id")?, row.try_get("last_seen_at")?))).collect()
+    }
+}
