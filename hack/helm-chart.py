@@ -1,5 +1,6 @@
 """Render, lint, install or uninstall a chart with Helm's SDK (helm-python-sdk); see hack/helm.sh."""
 import json
+import os
 import sys
 
 import helm_python as helm
@@ -16,13 +17,25 @@ def main(argv):
         namespace = argv[4]
         with helm.Chart.load(chart) as loaded:
             loaded.validate_schema(values)
-            manifests = loaded.render(values, name="wsync-agent", namespace=namespace, is_install=True)
+            # The release is named after the chart's directory: wsync-agent, wsync-control-plane.
+            release = os.path.basename(chart.rstrip("/"))
+            manifests = loaded.render(values, name=release, namespace=namespace, is_install=True)
         # Objects only, in a stable order; NOTES.txt and empty templates dropped.
         for path in sorted(manifests):
             text = manifests[path].strip()
             if path.endswith("NOTES.txt") or not text:
                 continue
             print(f"---\n# Source: {path}\n{text}")
+        return 0
+    if command == "render-for-cluster":
+        # As `helm install --dry-run=server` renders: with the capabilities of the cluster
+        # $KUBECONFIG names (its version picks policy/v1 or v1beta1); nothing is created.
+        namespace = argv[4]
+        release = os.path.basename(chart.rstrip("/"))
+        with helm.Config(namespace=namespace) as config:
+            done = config.install(chart, release, values, namespace=namespace, dry_run="server")
+        summary = done.get("release", done) if isinstance(done, dict) else {}
+        print(summary.get("manifest", ""))
         return 0
     if command in ("install", "uninstall"):
         # Into the cluster $KUBECONFIG names, as `helm install --create-namespace` would.

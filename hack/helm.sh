@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Render or lint a Helm chart with Helm v4's own Go SDK, through the PyPI package
 # helm-python-sdk (no helm binary is packaged for these machines), installed once into the
-# cache. Usage: hack/helm.sh render CHART VALUES_JSON NAMESPACE | hack/helm.sh lint CHART VALUES_JSON
+# cache. Usage: hack/helm.sh render|render-for-cluster CHART VALUES_JSON NAMESPACE | hack/helm.sh lint CHART VALUES_JSON
 #   | hack/helm.sh install|uninstall CHART VALUES_JSON NAMESPACE RELEASE (into $KUBECONFIG's cluster)
 set -euo pipefail
 VERSION=0.2.2

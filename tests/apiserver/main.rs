@@ -9,6 +9,7 @@ pub mod support;
 
 mod applier;
 mod backup_restore;
+mod control_plane_chart;
 mod drift;
 mod end_to_end;
 mod fault_control_plane;
