@@ -2,8 +2,8 @@
 # A real Kubernetes control plane on 127.0.0.1, built from Debian's own packages.
 #
 #   hack/local-cluster.sh build   build etcd, kube-apiserver and kube-controller-manager once (cached);
-#                                 with WSYNC_NODE=1 also kubelet and kube-scheduler
-#   hack/local-cluster.sh build-node  build kubelet and kube-scheduler once (hack/local-node.sh)
+#                                 with WSYNC_NODE=1 also the node's binaries
+#   hack/local-cluster.sh build-node  build kubelet, kube-scheduler and kube-proxy once (hack/local-node.sh)
 #   hack/local-cluster.sh up      build if needed, then start them; idempotent
 #   hack/local-cluster.sh down    stop them and wipe the state
 #   hack/local-cluster.sh restart stop and start them, keeping the state (the fault suite)
@@ -120,25 +120,29 @@ build() {
     || die "openapi-gen failed"
   go_build kube-apiserver kube-controller-manager
   # The node's binaries share this tree and its Go cache: minutes cheaper than apart.
-  [ "${WSYNC_NODE:-}" != 1 ] || node_built || go_build kubelet kube-scheduler
+  [ "${WSYNC_NODE:-}" != 1 ] || node_built || go_build $(node_missing)
   cd /
   "$BIN/kube-apiserver" --version
   [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
   log "built in $((SECONDS - started))s into $BIN"
 }
 
-node_built() { [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ]; }
+# The node's binaries (hack/local-node.sh): kube-proxy routes Services' ClusterIPs.
+NODE_BINARIES=(kubelet kube-scheduler kube-proxy)
+node_missing() { local cmd; for cmd in "${NODE_BINARIES[@]}"; do [ -x "$BIN/$cmd" ] || echo "$cmd"; done; }
+node_built() { [ -z "$(node_missing)" ]; }
 
-# kubelet and kube-scheduler for hack/local-node.sh, from the same tree; neither needs the
-# generated openapi.
+# The node's binaries, from the same tree; none needs the generated openapi.
 build_node() {
-  if node_built; then log "using cached kubelet and kube-scheduler in $BIN"; return; fi
-  local started=$SECONDS work k8s
+  if node_built; then log "using cached ${NODE_BINARIES[*]} in $BIN"; return; fi
+  local started=$SECONDS work k8s missing
+  missing=$(node_missing)
   prepare_tree
-  go_build kubelet kube-scheduler
+  # shellcheck disable=SC2086 # one word per binary
+  go_build $missing
   cd /
   [ -n "${WSYNC_KEEP_BUILD_DIR:-}" ] || rm -rf "$work"
-  log "built kubelet and kube-scheduler in $((SECONDS - started))s into $BIN"
+  log "built" $missing "in $((SECONDS - started))s into $BIN"
 }
 
 apiserver_ready() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real node for the local cluster: containerd, runc and the CNI plugins from Debian, and a
-# kubelet and kube-scheduler built from the same Debian source as the apiserver.
+# kubelet, kube-scheduler and kube-proxy built from the same Debian source as the apiserver.
 #
 #   hack/local-node.sh up      start the node against hack/local-cluster.sh's apiserver; wait for Ready
 #   hack/local-node.sh down    stop only what up started, by PID, and remove the node's state
@@ -15,8 +15,10 @@
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
 # localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
-# Pods reach it at https://10.250.250.1:16443, a forwarder on the node's address (there is no
-# kube-proxy, so set KUBERNETES_SERVICE_HOST/PORT). The recipe and its limits: docs/ARCHITECTURE.md.
+# Pods reach it at https://10.250.250.1:16443, a forwarder on the node's address (the
+# `kubernetes` Service names 127.0.0.1, which no Pod reaches: set KUBERNETES_SERVICE_HOST/PORT).
+# kube-proxy routes other Services' ClusterIPs; no cluster DNS runs. The recipe and its limits:
+# docs/ARCHITECTURE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -342,9 +344,10 @@ up() {
     --authorization-kubeconfig="$KUBECONFIG" --leader-elect=false --port=0 --secure-port=0 \
     >"$STATE/logs/kube-scheduler.log" 2>&1 &
   echo $! >"$STATE/scheduler.pid"
-  # The node's own controllers: the not-ready taint lifted, claims bound, orphaned Pods removed.
+  # The node's own controllers: the not-ready taint lifted, claims bound, orphaned Pods removed,
+  # Services' endpoints kept (kube-proxy reads the slices).
   "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" \
-    --controllers=persistentvolume-binder,podgc,nodelifecycle --enable-taint-manager=false \
+    --controllers=persistentvolume-binder,podgc,nodelifecycle,endpoint,endpointslice --enable-taint-manager=false \
     --enable-hostpath-provisioner \
     --leader-elect=false --secure-port=0 --port=0 >"$STATE/logs/kube-controller-manager.log" 2>&1 &
   echo $! >"$STATE/kcm.pid"
@@ -359,12 +362,27 @@ up() {
   socat "TCP-LISTEN:$APISERVER_PORT,bind=$NODE_IP,fork,reuseaddr" "TCP:127.0.0.1:$APISERVER_PORT" \
     >"$STATE/logs/apiserver-forwarder.log" 2>&1 &
   echo $! >"$STATE/forwarder.pid"
+  # Services' ClusterIPs, for Pods and for this host (iptables mode). --masquerade-all: two Pods
+  # on the bridge then answer each other through the host, without br_netfilter; conntrack's
+  # limits are left as they are (a container may not set them). No cluster DNS runs: Pods name
+  # a Service by its ClusterIP.
+  "$BIN/kube-proxy" --kubeconfig="$KUBECONFIG" --hostname-override="$NODE_IP" --proxy-mode=iptables \
+    --masquerade-all --cluster-cidr=10.244.0.0/24 --conntrack-max-per-core=0 \
+    --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
+    --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
+    >"$STATE/logs/kube-proxy.log" 2>&1 &
+  echo $! >"$STATE/proxy.pid"
   make_storage_class
   log "ready: node $NODE_IP (images localhost/pause:1, localhost/busybox:1)"
 }
 
 down_processes() {
   stop_pid "$STATE/forwarder.pid"
+  if pid_alive "$STATE/proxy.pid"; then
+    stop_pid "$STATE/proxy.pid"
+    # Its iptables chains go with it.
+    "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  fi
   stop_pid "$STATE/scheduler.pid"
   if pid_alive "$STATE/kubelet.pid"; then
     # The kubelet tears its Pods down (CNI DEL included) before it stops.

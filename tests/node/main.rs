@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod control_plane_in_cluster;
 mod devfiles;
 mod in_cluster;
 mod lifecycle;
