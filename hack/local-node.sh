@@ -12,6 +12,8 @@
 #   hack/local-node.sh workspace-image  build and import localhost/workspace:3, a workspace to
 #                              open: a page, /big (32 MiB) and a WebSocket echo on 8080, sshd on 60022
 #   hack/local-node.sh git-image  build and import localhost/git:1, the devfile projects' cloner
+#   hack/local-node.sh pg-client-image  build and import localhost/pg-client:1 (pg_dump), for the
+#                              control plane chart's backup CronJob
 #
 # Root only, cgroup v1, one node per machine. Images come by import, never from a registry:
 # localhost/pause:1 and localhost/busybox:1 are built at up. The apiserver listens on 127.0.0.1;
@@ -279,6 +281,23 @@ git_image() {
 }
 
 # mkimage.py's --file for each shared library the binaries link, once each.
+# PostgreSQL's client for the chart's backup CronJob (#41), in place of docker.io's postgres
+# image: Debian's pg_dump, as the local server's, and busybox's tools, as user 65532.
+pg_client_image() {
+  local dir bin files=()
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -n "$bin" ] && [ -x "$bin/pg_dump" ] || die "no pg_dump: hack/local-postgres.sh up installs PostgreSQL"
+  dir=$(mktemp -d)
+  # shellcheck disable=SC2064 # the directory is known now
+  trap "rm -rf '$dir'" EXIT
+  files+=("--file=/bin/busybox:bin/busybox" "--file=$bin/pg_dump:usr/bin/pg_dump")
+  mapfile -t -O "${#files[@]}" files < <(library_files "$bin/pg_dump")
+  mapfile -t -O "${#files[@]}" files < <(busybox_links)
+  python3 hack/mkimage.py "$dir/pg-client.tar" localhost/pg-client:1 "${files[@]}" --cmd '["pg_dump", "--version"]' --user 65532:65532
+  import_image "$dir/pg-client.tar"
+  log "imported localhost/pg-client:1"
+}
+
 library_files() {
   local binary lib
   for binary in "$@"; do ldd "$binary"; done | grep -o '/[^ ]*' | sort -u | while read -r lib; do
@@ -345,9 +364,11 @@ up() {
     >"$STATE/logs/kube-scheduler.log" 2>&1 &
   echo $! >"$STATE/scheduler.pid"
   # The node's own controllers: the not-ready taint lifted, claims bound, orphaned Pods removed,
-  # Services' endpoints kept (kube-proxy reads the slices).
+  # Services' endpoints kept (kube-proxy reads the slices), Jobs run (no CronJob controller:
+  # the tests start a CronJob's Job themselves, and a schedule must not add one meanwhile).
   "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" \
-    --controllers=persistentvolume-binder,podgc,nodelifecycle,endpoint,endpointslice --enable-taint-manager=false \
+    --controllers=persistentvolume-binder,podgc,nodelifecycle,endpoint,endpointslice,job \
+    --enable-taint-manager=false \
     --enable-hostpath-provisioner \
     --leader-elect=false --secure-port=0 --port=0 >"$STATE/logs/kube-controller-manager.log" 2>&1 &
   echo $! >"$STATE/kcm.pid"
@@ -380,8 +401,14 @@ down_processes() {
   stop_pid "$STATE/forwarder.pid"
   if pid_alive "$STATE/proxy.pid"; then
     stop_pid "$STATE/proxy.pid"
-    # Its iptables chains go with it.
+    # Its iptables chains go with it; --cleanup leaves its canaries and mark chains.
     "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+    local table chain
+    for table in nat filter mangle; do
+      for chain in KUBE-PROXY-CANARY KUBE-MARK-DROP KUBE-MARK-MASQ; do
+        iptables -t "$table" -F "$chain" 2>/dev/null && iptables -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
   fi
   stop_pid "$STATE/scheduler.pid"
   if pid_alive "$STATE/kubelet.pid"; then
@@ -427,6 +454,7 @@ case "${1:-}" in
   image) wsync_image "${2:-}" "${3:-}" ;;
   workspace-image) workspace_image ;;
   git-image) git_image ;;
+  pg-client-image) pg_client_image ;;
   import) import_image "${2:?an image tarball}" ;;
   *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use wsync::protocol::inventory::{INVENTORY_ID_LABEL, OWNING_INVENTORY_ANNOTATION};
 
 const LONG: Duration = Duration::from_secs(90);
-const SCENARIOS: usize = 25;
+const SCENARIOS: usize = 26;
 static ROWS: Mutex<Vec<(String, Duration, usize, usize)>> = Mutex::new(Vec::new());
 
 /// Record a scenario's row; the last one prints the table past the harness's capture.

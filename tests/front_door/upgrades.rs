@@ -86,9 +86,17 @@ async fn a_rollout_migrates_once_and_the_previous_release_serves_on_or_refuses_i
     // This release sees what either wrote, and records the agent's visit.
     assert_eq!(names(&first.cli(&["workspaces", "--agent", "a1", "list", "-o", "json"])), ["before", "during"]);
     reconcile(&second, &token).await;
-    let seen: (Option<i64>,) =
-        sqlx::query_as("SELECT last_seen_at FROM agents WHERE id = 'a1'").fetch_one(&pool).await.unwrap();
-    assert!(seen.0.is_some(), "this release records when the agent was last seen");
+    let mut seen = None;
+    for _ in 0..100 {
+        let row: (Option<i64>,) =
+            sqlx::query_as("SELECT last_seen_at FROM agents WHERE id = 'a1'").fetch_one(&pool).await.unwrap();
+        seen = row.0;
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(seen.is_some(), "this release records when the agent was last seen");
     assert_eq!(names(&previous.cli(&["workspaces", "--agent", "a1", "list", "-o", "json"])), ["before", "during"]);
 
     // Started again, the previous release refuses the schema it does not know.

@@ -4,7 +4,8 @@
 //! Service (kube-proxy's ClusterIP; no cluster DNS runs here). A workspace is created and
 //! opened through the control plane's Pods; the replica holding the agent's tunnel is deleted
 //! while it is in use, and nothing is lost: the workspace runs on, the same local port serves it
-//! again, and a workspace created after is synced.
+//! again, and a workspace created after is synced. And on SQLite: one replica, and its backup
+//! Job run on the control plane's node.
 
 use crate::opening::{OPENABLE_IMAGE, PAGE, openable_image, wsync_at};
 use crate::support::workspace_streams::port_forward;
@@ -26,22 +27,48 @@ fn helm(args: &[&str]) -> String {
     said
 }
 
+/// The wsync image of this tree, built and imported once for both tests.
+fn control_plane_image() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let image = format!("{}:{}", IMAGE.0, IMAGE.1);
+        let imported = Command::new(format!("{ROOT}/hack/local-node.sh"))
+            .args(["image", env!("CARGO_BIN_EXE_wsync"), &image])
+            .status();
+        assert!(imported.is_ok_and(|s| s.success()), "building and importing {image}");
+    });
+}
+
 /// The releases and what the test added, removed however it ends.
 struct Installed {
-    _postgres: Child,
+    postgres: Option<Child>,
+    releases: Vec<(&'static str, &'static str, &'static str)>,
+    /// The agent whose workspaces' namespaces go too.
+    agent: Option<String>,
 }
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        let _ = self._postgres.kill();
-        for (chart, namespace, release) in
-            [(AGENT_CHART, AGENT_NAMESPACE, "wsync-agent"), (CP_CHART, CP_NAMESPACE, "wsync-control-plane")]
-        {
+        if let Some(postgres) = &mut self.postgres {
+            let _ = postgres.kill();
+        }
+        if let Some(agent) = &self.agent {
+            let selector = format!("{LABEL_KEY}={agent}");
+            kubectl(env(), &["delete", "namespace", "-l", &selector, "--wait=false"]);
+        }
+        for (chart, namespace, release) in &self.releases {
             let _ = Command::new(format!("{ROOT}/hack/helm.sh"))
                 .args(["uninstall", chart, "{}", namespace, release])
                 .output();
             kubectl(env(), &["delete", "namespace", namespace, "--ignore-not-found", "--wait=false"]);
         }
+    }
+}
+
+/// Namespaces a run before may have left, gone.
+fn gone(namespaces: &[&str]) {
+    for namespace in namespaces {
+        kubectl(env(), &["delete", "namespace", namespace, "--ignore-not-found", "--timeout=120s"]);
     }
 }
 
@@ -66,6 +93,32 @@ fn admin(server: &str, token: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// The control plane's Service routes (kube-proxy follows the endpoints a moment after the
+/// rollout): its URL.
+async fn serving(namespace: &str) -> String {
+    let ip = kubectl_ok(
+        env(),
+        &["-n", namespace, "get", "service", "wsync-control-plane", "-o", "jsonpath={.spec.clusterIP}"],
+    );
+    let server = format!("http://{ip}");
+    eventually("the Service to route", LONG, || {
+        let out = Command::new("curl").args(["-fsS", "--max-time", "2", &format!("{server}/healthz")]).output().ok()?;
+        out.status.success().then_some(())
+    })
+    .await;
+    server
+}
+
+/// A child process killed however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn page(local: &str) -> Option<String> {
     let out = Command::new("curl").args(["-fsS", "--max-time", "5", &format!("http://{local}/")]).output().ok()?;
     let body = String::from_utf8_lossy(&out.stdout).to_string();
@@ -78,15 +131,13 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
         return;
     }
     let env = env();
-    for namespace in [CP_NAMESPACE, AGENT_NAMESPACE] {
-        kubectl(env, &["delete", "namespace", namespace, "--ignore-not-found", "--timeout=120s"]);
-    }
+    gone(&[CP_NAMESPACE, AGENT_NAMESPACE]);
     openable_image();
-    let image = format!("{}:{}", IMAGE.0, IMAGE.1);
-    let imported = Command::new(format!("{ROOT}/hack/local-node.sh"))
-        .args(["image", env!("CARGO_BIN_EXE_wsync"), &image])
-        .status();
-    assert!(imported.is_ok_and(|s| s.success()), "building and importing {image}");
+    control_plane_image();
+    let built = Command::new(format!("{ROOT}/hack/local-node.sh")).arg("pg-client-image").status();
+    assert!(built.is_ok_and(|s| s.success()), "building localhost/pg-client:1");
+    let mut volumes = crate::devfiles::Volumes::new();
+    let backups = volumes.bind(CP_NAMESPACE, "wsync-control-plane-backups");
 
     // PostgreSQL on the host, where Pods reach it: the node's address, forwarded to loopback.
     let database = crate::support::postgres::fresh_database("cp_in_cluster").await;
@@ -95,7 +146,9 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
         .args([format!("TCP-LISTEN:{port},bind={NODE_IP},fork,reuseaddr"), format!("TCP:127.0.0.1:{port}")])
         .spawn()
         .expect("socat");
-    let _installed = Installed { _postgres: postgres };
+    let releases = vec![(AGENT_CHART, AGENT_NAMESPACE, "wsync-agent"), (CP_CHART, CP_NAMESPACE, "wsync-control-plane")];
+    let id = unique_id("cp");
+    let _installed = Installed { postgres: Some(postgres), releases, agent: Some(id.clone()) };
     let for_pods = database.replace("127.0.0.1", NODE_IP);
 
     // The README's install (Installing the control plane), with this test's image and values.
@@ -106,15 +159,12 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
         "adminToken": {"value": admin_token},
         "forwardSecret": {"value": secret_token("forward")},
         "host": "", "ingress": {"enabled": false},
+        "backup": {"enabled": true, "image": {"repository": "localhost/pg-client", "tag": "1"},
+                   "storageClassName": crate::devfiles::STORAGE_CLASS},
     });
     helm(&["install", CP_CHART, &values.to_string(), CP_NAMESPACE, "wsync-control-plane"]);
     rolled_out(CP_NAMESPACE, "deployment/wsync-control-plane");
-    let cluster_ip = kubectl_ok(
-        env,
-        &["-n", CP_NAMESPACE, "get", "service", "wsync-control-plane", "-o", "jsonpath={.spec.clusterIP}"],
-    );
-    let server = format!("http://{cluster_ip}");
-    let id = unique_id("cp");
+    let server = serving(CP_NAMESPACE).await;
     let registered: Value =
         serde_json::from_str(&admin(&server, &admin_token, &["agents", "register", &id, "-o", "json"])).expect("json");
     let agent_token = registered["token"].as_str().expect("a token");
@@ -146,8 +196,9 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
         serde_json::from_slice(&out.stdout).ok()
     };
     eventually("web Running", LONG, || state("web").filter(|w| w["actual_state"] == "Running")).await;
-    let (mut forward, local) =
+    let (forward, local) =
         port_forward(&mut wsync_at(&server, &id, &alice, &["workspaces", "port-forward", "web", "0:8080"]));
+    let forward = Killed(forward);
     eventually("the Pod's page through the control plane's Pods", LONG, || page(&local)).await;
 
     // The replica holding the agent's tunnel goes, mid-use.
@@ -180,7 +231,13 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
     assert!(made.as_ref().is_ok_and(|o| o.status.success()), "{made:?}");
     eventually("after Running", LONG, || state("after").filter(|w| w["actual_state"] == "Running")).await;
     rolled_out(CP_NAMESPACE, "deployment/wsync-control-plane");
-    let _ = forward.kill();
+
+    // The backup CronJob's Job, run now: pg_dump's custom format, which pg_restore reads.
+    let dump = backup_now(CP_NAMESPACE, &backups, ".dump");
+    let listed = Command::new("pg_restore").arg("--list").arg(&dump).output().expect("pg_restore");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("TABLE public workspaces"), "{listed}");
+    drop(forward);
     for name in ["web", "after"] {
         let _ = wsync_at(&server, &id, &alice, &["workspaces", "terminate", name]).output();
     }
@@ -188,4 +245,147 @@ async fn the_charts_install_the_control_plane_and_an_agent_and_a_replica_deleted
         ["web", "after"].iter().all(|n| state(n).is_some_and(|w| w["actual_state"] == "Terminated")).then_some(())
     })
     .await;
+}
+
+/// SQLite: one replica on its claim, and the backup CronJob's Job, run now, writes a copy on
+/// the control plane's node (the claim is ReadWriteOnce) with the image's own subcommand (it
+/// has no shell), which `restore` takes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_sqlite_one_replica_serves_and_its_backup_job_writes_a_copy_restore_takes() {
+    if !node_up() {
+        return;
+    }
+    const NAMESPACE: &str = "wsync-cp-sqlite";
+    let env = env();
+    gone(&[NAMESPACE]);
+    control_plane_image();
+    let mut volumes = crate::devfiles::Volumes::new();
+    volumes.bind(NAMESPACE, "wsync-control-plane-data");
+    let backups = volumes.bind(NAMESPACE, "wsync-control-plane-backups");
+    let admin_token = secret_token("admin");
+    let class = crate::devfiles::STORAGE_CLASS;
+    let values = json!({
+        "image": {"repository": IMAGE.0, "tag": IMAGE.1},
+        "replicas": 1,
+        "database": {"sqlite": {"enabled": true, "storageClassName": class}},
+        "adminToken": {"value": admin_token},
+        "host": "", "ingress": {"enabled": false},
+        "backup": {"enabled": true, "keep": 2, "storageClassName": class},
+    });
+    let releases = vec![(CP_CHART, NAMESPACE, "wsync-control-plane")];
+    let _installed = Installed { postgres: None, releases, agent: None };
+    helm(&["install", CP_CHART, &values.to_string(), NAMESPACE, "wsync-control-plane"]);
+    rolled_out(NAMESPACE, "deployment/wsync-control-plane");
+    let server = serving(NAMESPACE).await;
+    admin(&server, &admin_token, &["agents", "register", "kept", "-o", "json"]);
+
+    let written = [backup_now(NAMESPACE, &backups, ".db")];
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(&written[0]).expect("the backup");
+    assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (65532, 0o600), "the control plane's, alone");
+
+    // README (Backups): restored in the cluster, by a Pod with both claims, while the control
+    // plane is scaled to 0; an agent registered since is gone.
+    admin(&server, &admin_token, &["agents", "register", "since", "-o", "json"]);
+    let backup = written[0].file_name().and_then(|n| n.to_str()).expect("a name").to_string();
+    kubectl_ok(env, &["-n", NAMESPACE, "scale", "deployment/wsync-control-plane", "--replicas=0"]);
+    eventually("no replica", LONG, || {
+        let pods = kubectl_ok(
+            env,
+            &["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=wsync-control-plane", "-o", "name"],
+        );
+        pods.trim().is_empty().then_some(())
+    })
+    .await;
+    let image = format!("{}:{}", IMAGE.0, IMAGE.1);
+    let overrides = restore_pod(&image, &backup);
+    kubectl_ok(
+        env,
+        &[
+            "-n",
+            NAMESPACE,
+            "run",
+            "wsync-restore",
+            "--restart=Never",
+            &format!("--image={image}"),
+            &format!("--overrides={overrides}"),
+        ],
+    );
+    let finished = eventually("the restore Pod done", LONG, || {
+        let phase = get_field(env, NAMESPACE, "pod/wsync-restore", "{.status.phase}")?;
+        matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+    })
+    .await;
+    let said = String::from_utf8_lossy(&kubectl(env, &["-n", NAMESPACE, "logs", "wsync-restore"]).stdout).to_string();
+    assert_eq!(finished, "Succeeded", "{said}");
+    assert!(said.contains("restored /backups/wsync-control-plane-") && said.contains("kept at"), "{said}");
+    kubectl_ok(env, &["-n", NAMESPACE, "scale", "deployment/wsync-control-plane", "--replicas=1"]);
+    rolled_out(NAMESPACE, "deployment/wsync-control-plane");
+    let config = |id: &str| {
+        Command::new(env!("CARGO_BIN_EXE_wsync"))
+            .args(["agents", "config", id])
+            .env("WSYNC_SERVER", &server)
+            .env("WSYNC_ADMIN_TOKEN", &admin_token)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    eventually("the control plane back, with the backup's agent", LONG, || config("kept").then_some(())).await;
+    assert!(!config("since"), "an agent registered after the backup is not in it");
+
+    // And on the host, the same file restores with the same command.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let restored = Command::new(env!("CARGO_BIN_EXE_wsync"))
+        .args(["control-plane", "restore", path_str(&written[0])])
+        .args(["--database-url", &format!("sqlite://{}/restored.db", dir.path().display())])
+        .output()
+        .expect("wsync control-plane restore");
+    let said = String::from_utf8_lossy(&restored.stdout);
+    assert!(
+        restored.status.success() && said.contains("1 agents"),
+        "{said}{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+}
+
+/// `kubectl run`'s overrides for the README's restore Pod: the control plane's user, both
+/// claims, and `wsync control-plane restore` (the image has no shell).
+fn restore_pod(image: &str, backup: &str) -> String {
+    json!({"spec": {
+        "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+        "containers": [{"name": "wsync-restore", "image": image,
+            "args": ["control-plane", "restore", format!("/backups/{backup}"),
+                     "--database-url", "sqlite:///var/lib/wsync/wsync-control-plane.db"],
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/wsync"}, {"name": "backups", "mountPath": "/backups"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "wsync-control-plane-data"}},
+                    {"name": "backups", "persistentVolumeClaim": {"claimName": "wsync-control-plane-backups"}}]}})
+    .to_string()
+}
+
+/// The backup CronJob's Job, run now and waited for: the one file it wrote into `backups`.
+fn backup_now(namespace: &str, backups: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let env = env();
+    // As `kubectl create job --from=cronjob/…` makes it; today's kubectl refuses the
+    // batch/v1beta1 CronJob that Kubernetes 1.20 serves.
+    let cronjob: Value = serde_json::from_str(&kubectl_ok(
+        env,
+        &["-n", namespace, "get", "cronjob", "wsync-control-plane-backup", "-o", "json"],
+    ))
+    .expect("json");
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "backup-now", "namespace": namespace,
+                     "annotations": {"cronjob.kubernetes.io/instantiate": "manual"}},
+        "spec": cronjob["spec"]["jobTemplate"]["spec"]});
+    kubectl_apply(env, &job.to_string());
+    let done = kubectl(env, &["-n", namespace, "wait", "--for=condition=complete", "job/backup-now", "--timeout=120s"]);
+    let logs = String::from_utf8_lossy(&kubectl(env, &["-n", namespace, "logs", "job/backup-now"]).stdout).to_string();
+    if !done.status.success() {
+        let pods = kubectl(env, &["-n", namespace, "get", "pods,events", "-o", "wide"]);
+        panic!("the backup Job did not complete: {logs}\n{}", String::from_utf8_lossy(&pods.stdout));
+    }
+    assert!(logs.contains("/backups/wsync-"), "{logs}");
+    let written: Vec<std::path::PathBuf> =
+        std::fs::read_dir(backups).expect("the backups' volume").filter_map(|e| e.ok().map(|e| e.path())).collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(written[0].to_string_lossy().ends_with(suffix), "{written:?}");
+    written[0].clone()
 }

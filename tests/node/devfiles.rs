@@ -12,7 +12,7 @@ use std::process::{Child, Command};
 /// hack/local-node.sh's cloner: Debian's git.
 const GIT_IMAGE: &str = "localhost/git:1";
 /// The local node's default StorageClass (hack/local-node.sh).
-const STORAGE_CLASS: &str = "wsync-local-hostpath";
+pub(crate) const STORAGE_CLASS: &str = "wsync-local-hostpath";
 
 fn git_image() {
     static BUILT: std::sync::Once = std::sync::Once::new();
@@ -71,18 +71,18 @@ fn serve_repository() -> GitServer {
 /// Volumes the workspace's claims bind to, which its non-root user may write: the local
 /// node's hostPath provisioner makes root-only directories (a real StorageClass honours the
 /// Pod's fsGroup). Deleted when dropped.
-struct Volumes {
+pub(crate) struct Volumes {
     names: Vec<String>,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Volumes {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { names: Vec::new(), dir: tempfile::tempdir().expect("tempdir") }
     }
 
-    /// A volume bound in advance to `claim` in `namespace`.
-    fn bind(&mut self, namespace: &str, claim: &str) {
+    /// A volume bound in advance to `claim` in `namespace`; its directory.
+    pub(crate) fn bind(&mut self, namespace: &str, claim: &str) -> std::path::PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let name = unique_id("pv");
         let path = self.dir.path().join(&name);
@@ -103,6 +103,7 @@ impl Volumes {
         });
         kubectl_apply(env(), &volume.to_string());
         self.names.push(name);
+        path
     }
 }
 

@@ -5,6 +5,19 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+/// This tree's `wsync`.
+fn this_tree() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wsync"))
+}
+
+/// A new admin token, written to a file beside `log`: the token, and the file's path.
+fn admin_token_beside(log: &std::path::Path) -> (String, String) {
+    let admin_token = super::secret_token("admin");
+    let admin_token_file = log.with_extension("admin-token");
+    std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
+    (admin_token, admin_token_file.display().to_string())
+}
+
 /// The real `wsync control-plane`, as a child process.
 pub struct ControlPlaneProcess {
     child: Option<Child>,
@@ -25,21 +38,14 @@ pub struct ControlPlaneProcess {
 impl ControlPlaneProcess {
     /// A control plane with an admin token in a file beside its log.
     pub fn start(database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
-        let admin_token = super::secret_token("admin");
-        let admin_token_file = log.with_extension("admin-token");
-        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
-        let file = admin_token_file.display().to_string();
-        Self::start_bare(database_url, log, &[&["--admin-token-file", &file], extra].concat(), admin_token)
+        Self::start_release(&this_tree(), database_url, log, extra)
     }
 
     /// [`Self::start`] with another release's binary (`hack/previous-release.sh`).
     pub fn start_release(program: &std::path::Path, database_url: &str, log: PathBuf, extra: &[&str]) -> Self {
-        let admin_token = super::secret_token("admin");
-        let admin_token_file = log.with_extension("admin-token");
-        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
-        let file = admin_token_file.display().to_string();
+        let (admin_token, file) = admin_token_beside(&log);
         let args = [&["--admin-token-file", file.as_str()], extra].concat();
-        Self::launch_program(program.to_path_buf(), "127.0.0.1", database_url, log, &args, admin_token, None)
+        Self::launch(program.to_path_buf(), "127.0.0.1", database_url, log, &args, admin_token, None)
     }
 
     /// Serving TLS with a certificate of `tls`'s throw-away CA, which the CLI trusts.
@@ -51,33 +57,18 @@ impl ControlPlaneProcess {
     pub fn start_tls_on(host: &str, database_url: &str, log: PathBuf, tls: &super::tls::Tls, extra: &[&str]) -> Self {
         let (cert, key) = (tls.cert.display().to_string(), tls.key.display().to_string());
         let tls_args = ["--tls-cert-file", &cert, "--tls-key-file", &key];
-        let admin_token = super::secret_token("admin");
-        let admin_token_file = log.with_extension("admin-token");
-        std::fs::write(&admin_token_file, &admin_token).expect("write the admin token");
-        let file = admin_token_file.display().to_string();
+        let (admin_token, file) = admin_token_beside(&log);
         let args = [&tls_args[..], &["--admin-token-file", &file], extra].concat();
-        Self::launch(host, database_url, log, &args, admin_token, Some(tls.ca.clone()))
+        Self::launch(this_tree(), host, database_url, log, &args, admin_token, Some(tls.ca.clone()))
     }
 
     /// A control plane with exactly `extra`: without `--admin-token-file` it generates its
     /// admin token and prints it, which [`Self::printed`] shows.
     pub fn start_bare(database_url: &str, log: PathBuf, extra: &[&str], admin_token: String) -> Self {
-        Self::launch("127.0.0.1", database_url, log, extra, admin_token, None)
+        Self::launch(this_tree(), "127.0.0.1", database_url, log, extra, admin_token, None)
     }
 
     fn launch(
-        host: &str,
-        database_url: &str,
-        log: PathBuf,
-        extra: &[&str],
-        admin_token: String,
-        ca_file: Option<PathBuf>,
-    ) -> Self {
-        let program = PathBuf::from(env!("CARGO_BIN_EXE_wsync"));
-        Self::launch_program(program, host, database_url, log, extra, admin_token, ca_file)
-    }
-
-    fn launch_program(
         program: PathBuf,
         host: &str,
         database_url: &str,

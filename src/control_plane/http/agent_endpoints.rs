@@ -25,6 +25,7 @@ pub fn router(state: &AppState) -> Router<Arc<AppState>> {
         .route(crate::tunnel::TUNNEL_PATH, get(super::tunnel::tunnel))
         .route(super::tunnel_broker::FORWARD_PATH, get(super::tunnel_forward::forward))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .route("/metrics", get(metrics))
 }
 
@@ -37,6 +38,15 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
             tracing::warn!(%error, "unhealthy");
             (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {}\n", error.health_label())).into_response()
         }
+    }
+}
+
+/// 200 while this process can serve, though its database may not answer (a liveness probe:
+/// restarting every replica heals no database outage); 503 when its SQLite writer has stopped.
+async fn livez(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.alive() {
+        true => "ok".into_response(),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "the database writer thread has stopped\n").into_response(),
     }
 }
 
@@ -60,9 +70,13 @@ async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::R
     let started = std::time::Instant::now();
     let (agent, answer) = match authenticate_agent(&state, request.headers()).await {
         Ok(agent) => {
-            if let Err(error) = state.store.agent_seen(&agent.id).await {
-                tracing::warn!(agent = %agent.id, %error, "could not record when the agent was last seen");
-            }
+            // Off the reconcile's path: at most once a minute, and never worth its latency.
+            let (store, id) = (state.store.clone(), agent.id.clone());
+            tokio::spawn(async move {
+                if let Err(error) = store.agent_seen(&id).await {
+                    tracing::warn!(agent = %id, %error, "could not record when the agent was last seen");
+                }
+            });
             let answer = reconcile_for(&state, &agent, request).await;
             (Some(agent.id), answer)
         }

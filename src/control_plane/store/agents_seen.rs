@@ -29,11 +29,12 @@ impl Store {
         Ok(())
     }
 
-    /// Every agent that has reconciled, with when it last did (ms since the epoch).
+    /// Every agent that has reconciled and is not revoked, with when it last did (ms since
+    /// the epoch): a revoked agent is silent by design, not missing.
     pub async fn agents_last_seen(&self) -> StoreResult<Vec<(String, i64)>> {
-        let rows = sqlx::query("SELECT id, last_seen_at FROM agents WHERE last_seen_at IS NOT NULL ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?;
+        let sql =
+            "SELECT id, last_seen_at FROM agents WHERE last_seen_at IS NOT NULL AND revoked_at IS NULL ORDER BY id";
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
         rows.iter().map(|row| Ok((row.try_get("id")?, row.try_get("last_seen_at")?))).collect()
     }
 }

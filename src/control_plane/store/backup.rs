@@ -48,6 +48,8 @@ impl ProcessLock {
     pub fn take(database: &Path) -> StoreResult<Self> {
         let path = beside(database, "-lock");
         let file = File::options().read(true).write(true).create(true).truncate(false).open(&path);
+        // Made by another user (a restore run as root): a lock needs only to be read.
+        let file = file.or_else(|_| File::open(&path));
         let file = file.map_err(|e| StoreError::Unwritable {
             path: database.display().to_string(),
             reason: format!("{}: {e}", path.display()),
@@ -74,6 +76,12 @@ pub fn backup(database: &Path, to: &Path) -> StoreResult<Summary> {
     }
     let partial = beside(to, ".partial");
     remove_if_there(&partial)?;
+    // Made empty and 0600 first, which VACUUM INTO writes into: a backup holds token hashes.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let made = File::options().write(true).create_new(true).mode(0o600).open(&partial);
+        made.map_err(|e| failed(format!("{}: {e}", partial.display())))?;
+    }
     let copied = vacuum_into(database, &partial).and_then(|()| check(&partial));
     let summary = match copied {
         Ok(summary) => summary,
@@ -99,10 +107,7 @@ pub fn backup_into_dir(
     let mut earlier: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| failed(format!("{}: {e}", dir.display())))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            name.starts_with(BACKUP_PREFIX) && name.ends_with(".db")
-        })
+        .filter(|path| path != database && path.file_name().and_then(|n| n.to_str()).is_some_and(is_timed_backup))
         .collect();
     // The names sort by time; the newest `keep` stay.
     earlier.sort();
@@ -116,8 +121,22 @@ pub fn backup_into_dir(
 
 const BACKUP_PREFIX: &str = "wsync-control-plane-";
 
-/// Put `backup` in place of `database`, which no process may hold; the database replaced is
-/// kept beside it, named by `now`.
+/// Whether `name` is one `backup_into_dir` writes: the prefix, `YYYYmmddTHHMMSSZ`, `.db`.
+fn is_timed_backup(name: &str) -> bool {
+    let Some(stamp) = name.strip_prefix(BACKUP_PREFIX).and_then(|rest| rest.strip_suffix(".db")) else {
+        return false;
+    };
+    let bytes = stamp.as_bytes();
+    bytes.len() == 16
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 => *b == b'T',
+            15 => *b == b'Z',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+/// Put `backup` in place of `database`, which no process may hold. The database replaced is
+/// renamed aside, with its journal, named by `now`: kept whole even when it is corrupt.
 pub fn restore(backup: &Path, database: &Path, now: jiff::Timestamp) -> StoreResult<Restored> {
     let _lock = ProcessLock::take(database)?;
     let summary = check(backup)?;
@@ -125,22 +144,35 @@ pub fn restore(backup: &Path, database: &Path, now: jiff::Timestamp) -> StoreRes
     if summary.schema_version > known {
         return Err(StoreError::SchemaNewer { database: summary.schema_version, known });
     }
-    let kept = if database.exists() {
-        let kept = beside(database, &format!(".before-restore-{}", now.strftime("%Y%m%dT%H%M%SZ")));
-        remove_if_there(&kept)?;
-        vacuum_into(database, &kept)?;
-        sync(&kept)?;
-        Some(kept)
-    } else {
-        None
-    };
     let restoring = beside(database, ".restoring");
     std::fs::copy(backup, &restoring).map_err(|e| failed(format!("copying to {}: {e}", restoring.display())))?;
-    sync(&restoring)?;
-    // The journal of the database replaced would be replayed into the backup.
-    for suffix in ["-wal", "-shm"] {
-        remove_if_there(&beside(database, suffix))?;
+    let replaced = std::fs::metadata(database).ok();
+    if let Some(replaced) = &replaced {
+        // The control plane's user must own what it will write; a backup is 0600.
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let owned = std::os::unix::fs::chown(&restoring, Some(replaced.uid()), Some(replaced.gid()));
+        owned.map_err(|e| failed(format!("giving {} its owner: {e}", restoring.display())))?;
+        let mode = std::fs::Permissions::from_mode(replaced.mode() & 0o7777);
+        std::fs::set_permissions(&restoring, mode).map_err(|e| failed(format!("{}: {e}", restoring.display())))?;
     }
+    sync(&restoring)?;
+    let kept = match replaced {
+        Some(_) => {
+            let kept = beside(database, &format!(".before-restore-{}", now.strftime("%Y%m%dT%H%M%SZ")));
+            if kept.exists() {
+                return Err(failed(format!("{} exists: restore again in a second", kept.display())));
+            }
+            // Its WAL goes with it (SQLite reads it back beside the file); -shm is rebuilt.
+            let wal = beside(database, "-wal");
+            if wal.exists() {
+                durable_rename(&wal, &beside(&kept, "-wal"))?;
+            }
+            remove_if_there(&beside(database, "-shm"))?;
+            durable_rename(database, &kept)?;
+            Some(kept)
+        }
+        None => None,
+    };
     durable_rename(&restoring, database)?;
     Ok(Restored { summary, kept })
 }

@@ -152,6 +152,15 @@ impl Store {
         Ok(())
     }
 
+    /// Whether this process can serve at all, whatever the database says: on SQLite, its
+    /// writer thread runs. What `/livez` reports: a database outage is no reason to restart.
+    pub fn alive(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(writer) => writer.alive(),
+            Backend::Postgres => true,
+        }
+    }
+
     /// Workspaces by actual state, every agent's: what `/metrics` counts.
     pub async fn workspace_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         let sql = "SELECT actual_state, COUNT(*) FROM workspaces GROUP BY actual_state ORDER BY actual_state";

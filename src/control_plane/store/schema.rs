@@ -25,12 +25,12 @@ pub struct Migrated {
 /// Migrate the database to [`known_version`], holding the migration lock throughout.
 pub async fn migrate(pool: &AnyPool) -> StoreResult<Migrated> {
     let mut connection = pool.acquire().await?;
+    // Closed when done, never pooled: however this ends (an error, a cancelled start), no
+    // pooled session keeps PostgreSQL's session lock.
+    connection.close_on_drop();
     connection.lock().await?;
     let migrated = migrate_locked(&mut connection).await;
-    // A failed unlock would leave a pooled session holding the lock: close that one instead.
-    if connection.unlock().await.is_err() {
-        connection.detach();
-    }
+    let _ = connection.unlock().await;
     let migrated = migrated?;
     match migrated.from {
         Some(from) if from == migrated.to => tracing::info!(version = migrated.to, "the schema is up to date"),
@@ -54,7 +54,7 @@ async fn migrate_locked(connection: &mut sqlx::AnyConnection) -> StoreResult<Mig
         no_tx: MIGRATOR.no_tx,
     };
     unlocked.run_direct(connection).await.map_err(|e| match e {
-        MigrateError::VersionMissing(database) => StoreError::SchemaNewer { database, known },
+        MigrateError::VersionMissing(database) if database > known => StoreError::SchemaNewer { database, known },
         other => other.into(),
     })?;
     Ok(Migrated { from, to: newest_applied(connection).await?.unwrap_or(0) })

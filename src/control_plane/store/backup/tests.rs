@@ -26,6 +26,9 @@ async fn a_backup_of_a_serving_database_holds_its_last_writes_and_is_never_overw
     let summary = backup(&file, &to).expect("backup");
     assert_eq!((summary.agents, summary.workspaces, summary.schema_version), (1, 2, known_version()));
     assert!(!beside(&to, ".partial").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&to).expect("the backup").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "a backup holds token hashes: its owner's alone");
     let again = backup(&file, &to).expect_err("a second backup to the same name");
     assert!(again.to_string().contains("never overwrites"), "{again}");
     assert_eq!(check(&to).expect("still whole"), summary);
@@ -88,6 +91,7 @@ async fn backups_into_a_directory_keep_the_newest() {
     let backups = dir.path().join("backups");
     std::fs::create_dir(&backups).expect("dir");
     std::fs::write(backups.join("unrelated.db"), b"x").expect("write");
+    std::fs::write(backups.join("wsync-control-plane-1.db"), b"a database of that name").expect("write");
     let mut made = Vec::new();
     for hour in ["01", "02", "03"] {
         let (path, _, _) =
@@ -102,8 +106,31 @@ async fn backups_into_a_directory_keep_the_newest() {
     left.sort();
     assert_eq!(
         left,
-        ["unrelated.db", "wsync-control-plane-20261207T020000Z.db", "wsync-control-plane-20261207T030000Z.db"]
+        [
+            "unrelated.db",
+            "wsync-control-plane-1.db",
+            "wsync-control-plane-20261207T020000Z.db",
+            "wsync-control-plane-20261207T030000Z.db"
+        ],
+        "only the backups it names are pruned"
     );
+}
+
+#[tokio::test]
+async fn a_corrupt_database_is_replaced_and_kept_as_it_was() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (store, file) = serving(dir.path(), &["one"]).await;
+    let to = dir.path().join("b.db");
+    backup(&file, &to).expect("backup");
+    drop(store);
+    let _ = std::fs::remove_file(beside(&file, "-wal"));
+    std::fs::write(&file, b"SQLite format 3\0 and then garbage where the pages were").expect("corrupt it");
+    let restored = restore(&to, &file, at("2026-12-07T04:00:00Z")).expect("restored over a corrupt file");
+    assert_eq!(check(&file).expect("restored").workspaces, 1);
+    let kept = restored.kept.expect("kept");
+    assert!(std::fs::read(&kept).expect("kept").ends_with(b"where the pages were"), "byte for byte");
+    let again = restore(&to, &file, at("2026-12-07T04:00:00Z")).expect_err("the same second");
+    assert!(again.to_string().contains("exists"), "{again}");
 }
 
 #[test]
