@@ -76,8 +76,8 @@ async fn control_plane_fault(database: Option<String>, disruption: Disruption, n
     record(name, converged, lost, orphans(env, &ns));
 }
 
-/// What an operator and the agent see while the writer is dead, until a restart (what a
-/// liveness probe on /healthz does) brings it back.
+/// What an operator and the agent see while the writer is dead, until a restart (what the
+/// chart's liveness probe on /livez does) brings it back.
 async fn writer_dies(system: &mut System) {
     system.control_plane.restart_with(&["--failpoint", "sqlite-writer-dies"]);
     let (_, body) = eventually("/healthz to turn 503", LONG, || {
@@ -86,6 +86,12 @@ async fn writer_dies(system: &mut System) {
     })
     .await;
     assert!(body.contains("writer thread has stopped"), "{body}");
+    let live = std::process::Command::new("curl")
+        .args(["-s", "-w", " %{http_code}", &format!("{}/livez", system.control_plane.url)])
+        .output()
+        .expect("curl");
+    let live = String::from_utf8_lossy(&live.stdout).to_string();
+    assert!(live.ends_with(" 503") && live.contains("writer thread has stopped"), "not alive: {live}");
     let id = system.id.clone();
     let synced = eventually("the agent's Synced=False", LONG, || {
         let wss = wss_json(env(), &id)?;

@@ -57,7 +57,8 @@ fn a_read_only_database_is_refused_at_start_naming_the_file() {
 }
 
 /// `/healthz` answers anyone, so what it says of a failed database is a fixed label; the
-/// driver's words (here PostgreSQL's, which name the database) go to the log.
+/// driver's words (here PostgreSQL's, which name the database) go to the log. `/livez` still
+/// answers 200.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unhealthy_database_is_named_in_the_log_not_on_healthz() {
     let url = crate::support::postgres::fresh_database("healthz").await;
@@ -76,6 +77,13 @@ async fn an_unhealthy_database_is_named_in_the_log_not_on_healthz() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!((status, body.as_str()), (503, "unhealthy: the database does not answer\n"));
+    // Not ready, but alive: a liveness probe on /livez restarts no replica for a database's
+    // outage (charts/wsync-control-plane).
+    let live = std::process::Command::new("curl")
+        .args(["-s", "-w", "%{http_code}", &format!("{}/livez", control_plane.url)])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&live.stdout), "ok200");
     let logs = control_plane.logs();
     assert!(logs.contains("unhealthy") && logs.contains(&database), "the detail is logged: {logs}");
 }
