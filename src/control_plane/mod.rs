@@ -33,15 +33,8 @@ pub async fn run(args: ControlPlaneArgs) -> Result<(), Error> {
         return Err(Error::InsecureListen { address: args.listen });
     }
     // Held while serving: one process per SQLite file, and no restore under it.
-    let in_memory = args.database_url.contains(":memory:") || args.database_url.contains("mode=memory");
-    let _sqlite_lock = match args.database_url.starts_with("sqlite:") && !in_memory {
-        true => Some(
-            store::backup::sqlite_file(&args.database_url)
-                .and_then(|file| store::backup::ProcessLock::take(&file))
-                .map_err(|source| Error::Database { url: redact(&args.database_url), source })?,
-        ),
-        false => None,
-    };
+    let _sqlite_lock = store::backup::ProcessLock::for_url(&args.database_url)
+        .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;
     let store = store::Store::connect(&args.database_url)
         .await
         .map_err(|source| Error::Database { url: redact(&args.database_url), source })?;

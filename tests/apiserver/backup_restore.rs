@@ -11,17 +11,13 @@ use crate::support::system::System;
 use crate::support::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(120);
 const IMAGE: &str = "registry.example.com/ide:1";
 
 fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{program} {args:?} failed: {said}");
-    said
+    crate::monitoring::run(program, args, std::path::Path::new("."))
 }
 
 fn wsync(args: &[&str]) -> String {

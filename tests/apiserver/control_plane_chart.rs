@@ -123,8 +123,7 @@ fn the_rendered_environment_is_the_control_planes_and_it_serves_with_it() {
     let mut child = command.stdout(log.try_clone().expect("log")).stderr(log).spawn().expect("spawn");
     let served = (0..100).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{port}/healthz")]).output();
-        out.is_ok_and(|o| o.status.success())
+        http_ok(&format!("http://127.0.0.1:{port}/healthz"))
     });
     // An agent registered with the admin token, and its reconcile: the families with labels
     // have samples.

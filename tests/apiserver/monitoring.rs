@@ -21,7 +21,8 @@ fn promtool() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn run(program: &str, args: &[&str], dir: &std::path::Path) -> String {
+/// `program args` in `dir`, which must succeed: what it printed, both streams.
+pub fn run(program: &str, args: &[&str], dir: &std::path::Path) -> String {
     let out = Command::new(program).args(args).current_dir(dir).output().expect("run");
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{program} {args:?}:\n{said}");

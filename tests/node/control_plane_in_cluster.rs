@@ -81,14 +81,16 @@ fn rolled_out(namespace: &str, deployment: &str) {
     }
 }
 
+/// `wsync <args>` as the admin, at `server`, not yet run.
+fn admin_command(server: &str, token: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wsync"));
+    command.args(args).env("WSYNC_SERVER", server).env("WSYNC_ADMIN_TOKEN", token);
+    command
+}
+
 /// `wsync <args>` as the admin, at `server`.
 fn admin(server: &str, token: &str, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_wsync"))
-        .args(args)
-        .env("WSYNC_SERVER", server)
-        .env("WSYNC_ADMIN_TOKEN", token)
-        .output()
-        .expect("wsync");
+    let out = admin_command(server, token, args).output().expect("wsync");
     assert!(out.status.success(), "wsync {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
 }
@@ -101,11 +103,7 @@ async fn serving(namespace: &str) -> String {
         &["-n", namespace, "get", "service", "wsync-control-plane", "-o", "jsonpath={.spec.clusterIP}"],
     );
     let server = format!("http://{ip}");
-    eventually("the Service to route", LONG, || {
-        let out = Command::new("curl").args(["-fsS", "--max-time", "2", &format!("{server}/healthz")]).output().ok()?;
-        out.status.success().then_some(())
-    })
-    .await;
+    eventually("the Service to route", LONG, || http_ok(&format!("{server}/healthz")).then_some(())).await;
     server
 }
 
@@ -322,12 +320,7 @@ async fn on_sqlite_one_replica_serves_and_its_backup_job_writes_a_copy_restore_t
     kubectl_ok(env, &["-n", NAMESPACE, "scale", "deployment/wsync-control-plane", "--replicas=1"]);
     rolled_out(NAMESPACE, "deployment/wsync-control-plane");
     let config = |id: &str| {
-        Command::new(env!("CARGO_BIN_EXE_wsync"))
-            .args(["agents", "config", id])
-            .env("WSYNC_SERVER", &server)
-            .env("WSYNC_ADMIN_TOKEN", &admin_token)
-            .output()
-            .is_ok_and(|o| o.status.success())
+        admin_command(&server, &admin_token, &["agents", "config", id]).output().is_ok_and(|o| o.status.success())
     };
     eventually("the control plane back, with the backup's agent", LONG, || config("kept").then_some(())).await;
     assert!(!config("since"), "an agent registered after the backup is not in it");

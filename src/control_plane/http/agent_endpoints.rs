@@ -71,12 +71,14 @@ async fn reconcile(State(state): State<Arc<AppState>>, request: axum::extract::R
     let (agent, answer) = match authenticate_agent(&state, request.headers()).await {
         Ok(agent) => {
             // Off the reconcile's path: at most once a minute, and never worth its latency.
-            let (store, id) = (state.store.clone(), agent.id.clone());
-            tokio::spawn(async move {
-                if let Err(error) = store.agent_seen(&id).await {
-                    tracing::warn!(agent = %id, %error, "could not record when the agent was last seen");
-                }
-            });
+            if let Some(write) = state.store.agent_seen(&agent.id) {
+                let id = agent.id.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = write.await {
+                        tracing::warn!(agent = %id, %error, "could not record when the agent was last seen");
+                    }
+                });
+            }
             let answer = reconcile_for(&state, &agent, request).await;
             (Some(agent.id), answer)
         }

@@ -9,24 +9,28 @@ use sqlx::Row;
 const WRITE_EVERY_MS: i64 = 60_000;
 
 impl Store {
-    /// Record that `agent_id` reconciled now, unless this process did within the minute.
-    pub async fn agent_seen(&self, agent_id: &str) -> StoreResult<()> {
+    /// That `agent_id` reconciled now: the write to run, unless this process wrote it within
+    /// the minute (then nothing is to be done, and nothing is spawned).
+    pub fn agent_seen(&self, agent_id: &str) -> Option<impl Future<Output = StoreResult<()>> + Send + 'static> {
         let now = self.clock.now();
         {
             let mut written = self.seen_written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if written.get(agent_id).is_some_and(|at| now.saturating_sub(*at) < WRITE_EVERY_MS) {
-                return Ok(());
+                return None;
             }
             written.insert(agent_id.to_string(), now);
         }
-        sqlx::query(
-            "UPDATE agents SET last_seen_at = $1 WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
-        )
-        .bind(now)
-        .bind(agent_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let (pool, agent_id) = (self.pool.clone(), agent_id.to_string());
+        Some(async move {
+            sqlx::query(
+                "UPDATE agents SET last_seen_at = $1 WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
+            )
+            .bind(now)
+            .bind(&agent_id)
+            .execute(&pool)
+            .await?;
+            Ok(())
+        })
     }
 
     /// Every agent that has reconciled and is not revoked, with when it last did (ms since

@@ -45,6 +45,15 @@ pub fn sqlite_file(url: &str) -> StoreResult<PathBuf> {
 pub struct ProcessLock(#[allow(dead_code)] File);
 
 impl ProcessLock {
+    /// The lock on the file a database URL names; none for PostgreSQL or SQLite in memory
+    /// (the writer refuses that one, saying why).
+    pub fn for_url(url: &str) -> StoreResult<Option<Self>> {
+        if !url.starts_with("sqlite:") || super::sqlite_writer::in_memory(url) {
+            return Ok(None);
+        }
+        Self::take(&sqlite_file(url)?).map(Some)
+    }
+
     pub fn take(database: &Path) -> StoreResult<Self> {
         let path = beside(database, "-lock");
         let file = File::options().read(true).write(true).create(true).truncate(false).open(&path);

@@ -98,10 +98,15 @@ impl SqliteWriter {
 /// The writer needs a connection of its own to the pool's database: one in memory is the
 /// pool's alone.
 fn refuse_in_memory(url: &str) -> StoreResult<()> {
-    if url.contains(":memory:") || url.contains("mode=memory") {
+    if in_memory(url) {
         return Err(StoreError::Writer(format!("{url}: SQLite in memory is not supported; give a file")));
     }
     Ok(())
+}
+
+/// Whether a SQLite URL names a database in memory, which has no file.
+pub(super) fn in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
 }
 
 fn run(mut connection: Connection, mut queue: mpsc::Receiver<Job>) {

@@ -26,12 +26,12 @@ const fn refused_with_all(fixture: &'static str, yaml: &'static str, expect: &'s
     Case { fixture, pass: Pass::Flattened, whole: true, yaml, expect }
 }
 
-/// Accepted: GitLab's spec finds no violation.
 /// The devfile standing for GitLab's fixture `fixture`: the builder's tests build from them.
 pub(crate) fn devfile_of(fixture: &str) -> &'static str {
     CASES.iter().find(|case| case.fixture == fixture).map_or("", |case| case.yaml)
 }
 
+/// Accepted: GitLab's spec finds no violation.
 const fn valid(fixture: &'static str, yaml: &'static str) -> Case {
     Case { fixture, pass: Pass::Flattened, whole: false, yaml, expect: &[] }
 }
